@@ -1,0 +1,55 @@
+"""Reading receipts written by older schema versions.
+
+History:
+- v1 (pre-release, 2026-11): links were top-level fields (``attempt_of``, ``replicates``, ``baseline``)
+  and tags a list of ``"key=value"`` strings.
+- v2: links grouped under ``links``; tags a mapping.
+
+``migrate(data)`` upgrades a raw receipt dict step by step to :data:`SCHEMA_VERSION`. A receipt newer than
+this code raises :class:`SchemaVersionError` (upgrade stackreceipt to read it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from schemas.receipt import SCHEMA_VERSION
+
+
+class SchemaVersionError(ValueError):
+    """A receipt's schema_version is unknown to this code."""
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    out["links"] = {key: out.pop(key, None) for key in ("attempt_of", "replicates", "baseline")}
+    tags = out.get("tags") or []
+    if isinstance(tags, list):
+        pairs = [str(t).split("=", 1) for t in tags]
+        out["tags"] = {p[0]: (p[1] if len(p) > 1 else "") for p in pairs}
+    out["schema_version"] = 2
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+"""MIGRATIONS[v] turns a version-v dict into a version-(v+1) dict."""
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Upgrade a raw receipt dict to the current schema version."""
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SchemaVersionError(f"schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"schema_version {version} is newer than this stackreceipt (knows up to {SCHEMA_VERSION}); "
+            "upgrade stackreceipt to read it"
+        )
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise SchemaVersionError(f"schema_version {version} cannot be migrated (no migration from it)")
+        data = step(data)
+        version = data["schema_version"]
+    return data

@@ -1,0 +1,102 @@
+"""Arrow schemas of the metric tables: one row per observation, long where the width varies.
+
+The SDK writes these schemas per rank (Arrow IPC streams); the publisher merges them into one Parquet
+file per table; the DuckDB index holds the same columns plus ``receipt_id``. Times are Unix seconds
+(float64, UTC); durations are seconds; memory is bytes; energy is joules; power is watts.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+EXTRA = pa.map_(pa.string(), pa.float64())
+
+STEPS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False, metadata={"doc": "Rank that logged the row."}),
+        pa.field("step", pa.int64(), nullable=False, metadata={"doc": "Optimizer step (1-based)."}),
+        pa.field("time", pa.float64(), metadata={"doc": "Unix time at the end of the step."}),
+        pa.field("tokens", pa.int64(), metadata={"doc": "Tokens seen so far, all ranks."}),
+        pa.field("loss", pa.float64(), metadata={"doc": "Training loss (language-model part)."}),
+        pa.field("lr", pa.float64(), metadata={"doc": "Learning rate."}),
+        pa.field("grad_norm", pa.float64(), metadata={"doc": "Gradient norm before clipping."}),
+        pa.field("step_time_s", pa.float64(), metadata={"doc": "Wall time of the step."}),
+        pa.field("tokens_per_s", pa.float64(), metadata={"doc": "Throughput of the step, all ranks."}),
+        pa.field("flops_per_s", pa.float64(), metadata={"doc": "Achieved model FLOP/s, all ranks."}),
+        pa.field("aux_loss", pa.float64(), metadata={"doc": "Load-balancing loss (unweighted)."}),
+        pa.field("z_loss", pa.float64(), metadata={"doc": "Router z-loss (unweighted)."}),
+        pa.field("loss_scale", pa.float64(), metadata={"doc": "Loss scale (fp16)."}),
+        pa.field("memory_bytes", pa.int64(), metadata={"doc": "Peak device memory of the step."}),
+        pa.field("skipped", pa.bool_(), metadata={"doc": "The optimizer step was skipped (nan/inf)."}),
+        pa.field("extra", EXTRA, metadata={"doc": "Any other numeric metric, by name."}),
+    ]
+)
+
+EVALS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("time", pa.float64()),
+        pa.field("tokens", pa.int64()),
+        pa.field("split", pa.string(), metadata={"doc": "e.g. val, test."}),
+        pa.field("source", pa.string(), metadata={"doc": "Data source, or null for the whole split."}),
+        pa.field("metric", pa.string(), nullable=False, metadata={"doc": "e.g. loss, accuracy."}),
+        pa.field("value", pa.float64()),
+    ]
+)
+
+ROUTING = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("layer", pa.int32(), nullable=False),
+        pa.field("expert", pa.int32(), nullable=False),
+        pa.field("tokens", pa.int64(), metadata={"doc": "Token-assignments routed to the expert (n_e)."}),
+        pa.field("dropped", pa.int64(), metadata={"doc": "Of those, dropped by capacity (d_e)."}),
+        pa.field("capacity", pa.int64(), metadata={"doc": "Expert capacity C, when enforced."}),
+        pa.field("entropy", pa.float64(), metadata={"doc": "Mean router entropy of the layer / log E."}),
+    ]
+)
+
+TIMING = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False, metadata={"doc": "attention, router, dispatch..."}),
+        pa.field("seconds", pa.float64()),
+    ]
+)
+
+EVENTS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("time", pa.float64(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False, metadata={"doc": "init_start, checkpoint_save_end..."}),
+        pa.field("step", pa.int64()),
+        pa.field("attempt", pa.int32(), metadata={"doc": "Attempt number, filled in at publish time."}),
+        pa.field("detail", pa.string(), metadata={"doc": "JSON object with anything else."}),
+    ]
+)
+
+TELEMETRY = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False, metadata={"doc": "Rank that sampled; -1: the wrapper."}),
+        pa.field("time", pa.float64(), nullable=False),
+        pa.field("node", pa.string()),
+        pa.field("device", pa.string(), metadata={"doc": "gpu0, cpu, process..."}),
+        pa.field("power_w", pa.float64()),
+        pa.field("energy_j", pa.float64(), metadata={"doc": "Cumulative energy counter of the device."}),
+        pa.field("utilization", pa.float64(), metadata={"doc": "0..1."}),
+        pa.field("memory_bytes", pa.int64()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "steps": STEPS,
+    "evals": EVALS,
+    "routing": ROUTING,
+    "timing": TIMING,
+    "events": EVENTS,
+    "telemetry": TELEMETRY,
+}
+"""Every metric table by name; the name is also the Parquet file stem and the index table name."""
