@@ -9,8 +9,8 @@
     │   ├── InvalidReceipt           a receipt file that fails validation; names the field
     │   ├── SchemaTooNew             a receipt written by a newer stackreceipt
     │   ├── QueryRefused             `ledger query` given a statement that writes
-    │   └── InvalidFilter            a `--where` expression that does not parse
-    ├── LedgerNotWritable            the ledger directory cannot be written
+    │   ├── InvalidFilter            a `--where` expression that does not parse
+    │   └── LedgerNotWritable        the ledger directory cannot be written (choose another)
     ├── DamagedReceipt               a receipt file is missing or fails its digest
     ├── IndexBusy                    the DuckDB index stayed locked by another process
     └── MissingExtra                 an optional dependency is not installed; says which extra
@@ -59,7 +59,7 @@ class InvalidFilter(BadInput):
     """A `--where` expression that does not parse."""
 
 
-class LedgerNotWritable(LedgerError):
+class LedgerNotWritable(BadInput):
     """The ledger directory cannot be written."""
 
 

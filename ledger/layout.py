@@ -11,7 +11,7 @@ Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
 Staging directory of one run::
 
     wrapper.json              the wrapper's facts (pid, host, command, links...), written at launch
-    heartbeat                 touched by the wrapper every few seconds
+    lock                      flock'ed by the wrapper while it lives, then by whoever publishes
     stack.json                stack captured by the wrapper
     output.log                tee'd stdout+stderr of the child, secrets redacted
     rank-00000/               one directory per rank (SDK), no locks needed
@@ -41,7 +41,7 @@ INDEX = "index.duckdb"
 RECEIPT_FILE = "receipt.json"
 LOG_FILE = "output.log"
 WRAPPER_FILE = "wrapper.json"
-HEARTBEAT_FILE = "heartbeat"
+LOCK_FILE = "lock"
 STACK_FILE = "stack.json"
 WORKLOAD_FILE = "workload.json"
 RUNTIME_FILE = "runtime.json"

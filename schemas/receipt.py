@@ -495,7 +495,11 @@ class Summary(Model):
     peak_memory_bytes: int | None = F(Factor.RECORD)
     """Largest memory figure any step or telemetry sample reported."""
     energy_j: float | None = F(Factor.RECORD)
-    """Energy measured over the run; None when not measured."""
+    """Energy measured over the run; None when not measured (never estimated from nothing)."""
+    energy_method: str = F(Factor.RECORD, "not measured")
+    """How energy_j was obtained: counter (device energy counters), power-integral, or not measured."""
+    nonfinite_steps: int = F(Factor.RECORD, 0)
+    """Steps whose loss was NaN or infinite."""
     evals: int = F(Factor.RECORD, 0)
     """Eval rows recorded."""
     routing_rows: int = F(Factor.RECORD, 0)

@@ -1,0 +1,45 @@
+# The two README commands: `make demo` and `make test`. Each sets up .venv from a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: demo test bench lint schemas clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip "setuptools>=69" wheel
+
+# core + torch (the runner) ; dev tools ; benchmarks: one stamp each, redone when the inputs change
+$(VENV)/.core: $(PY) pyproject.toml constraints.txt
+	$(PIP) --no-build-isolation -e ".[torch]"
+	@touch $@
+
+$(VENV)/.dev: $(VENV)/.core
+	$(PIP) -e ".[dev]" nvidia-ml-py
+	@touch $@
+
+$(VENV)/.bench: $(VENV)/.core
+	$(PIP) -e ".[bench]"
+	@touch $@
+
+demo: $(VENV)/.core
+	bash scripts/demo.sh
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(VENV)/.bench
+	bash bench/run_all.sh
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check schemas ledger runners tests bench
+	$(VENV)/bin/mypy
+
+schemas: $(VENV)/.core
+	$(PY) -m schemas.generate
+
+clean:
+	rm -rf $(VENV) receipts .pytest_cache

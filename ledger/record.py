@@ -1,0 +1,267 @@
+"""`ledger record -- CMD`: run any training launch as a child and publish its receipt.
+
+The child runs in its own process group with ``LEDGER_RUN_DIR`` pointing at the run's staging directory.
+The wrapper tees the child's stdout and stderr to the terminal and (secrets redacted) to ``output.log``,
+forwards SIGINT/SIGTERM/SIGHUP to the child's group, captures the stack in a background thread, samples
+its own node's telemetry, and on exit — success, failure, signal, child killed — publishes the receipt
+(:mod:`ledger.publish`), syncs the index if it can, prints the id and exits with the child's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from subprocess import PIPE, Popen
+from typing import IO, Any
+
+from ledger import __version__
+from ledger.errors import BadInput, LedgerError
+from ledger.index import try_sync
+from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
+from ledger.publish import Outcome, acquire_staging_lock, publish, write_wrapper_facts
+from ledger.store import Ledger
+from schemas import Receipt
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FAULT_ENV = "LEDGER_FAULT_AT"
+"""Fault injection for the crash tests: the wrapper SIGKILLs itself when it reaches this phase
+(launched, running, finalizing, publishing, indexing)."""
+
+
+@dataclass
+class RecordOptions:
+    """Everything `ledger record` needs besides the ledger."""
+
+    command: Sequence[str]
+    name: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    attempt_of: str | None = None
+    attempt: int = 1
+    replicates: str | None = None
+    baseline: str | None = None
+    env_names: Sequence[str] = ()
+    cwd: Path = field(default_factory=Path.cwd)
+    telemetry_interval: float = 1.0
+    stdout: IO[bytes] | None = None
+    stderr: IO[bytes] | None = None
+
+
+@dataclass
+class RecordResult:
+    """The published receipt (None when publishing failed) and the exit code to return."""
+
+    receipt: Receipt | None
+    exit_code: int
+    run_dir: Path
+
+
+def _fault(phase: str) -> None:
+    if os.environ.get(FAULT_ENV) == phase:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _proc_start(pid: int) -> str | None:
+    """Start time of a process (clock ticks since boot), to tell a live pid from a reused one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_alive(pid: int | None, start: str | None) -> bool:
+    """True when the process with this pid and start time still runs (on this host)."""
+    if not pid:
+        return False
+    current = _proc_start(pid)
+    if current is None:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z" and (start is None or current == start)
+
+
+class _Tee:
+    """Copies the child's two streams to the terminal as they come and, line by line and redacted, into
+    the run's log."""
+
+    def __init__(self, log_path: Path, redact: Any, outputs: tuple[IO[bytes], IO[bytes]]) -> None:
+        self.log = open(log_path, "a", encoding="utf-8", errors="replace")
+        self.redact = redact
+        self.outputs = outputs
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+        for stream, out in zip(streams, self.outputs, strict=True):
+            t = threading.Thread(target=self._pump, args=(stream, out), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
+        fd = stream.fileno()
+        pending = b""
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            try:
+                out.write(chunk)
+                out.flush()
+            except (OSError, ValueError):
+                pass  # the terminal went away; keep logging
+            pending += chunk
+            if b"\n" in pending:
+                complete, pending = pending.rsplit(b"\n", 1)
+                self._write(complete + b"\n")
+        if pending:
+            self._write(pending + b"\n")
+        stream.close()
+
+    def _write(self, data: bytes) -> None:
+        text = "".join(self.redact(line) for line in data.decode("utf-8", "replace").splitlines(keepends=True))
+        with self.lock:
+            self.log.write(text)
+            self.log.flush()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join()
+        self.log.close()
+
+
+def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
+    """Run the command under the ledger and publish its receipt."""
+    from ledger.redact import Redactor
+
+    if not opts.command:
+        raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
+        raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
+    ledger.ensure_writable()
+    env = dict(os.environ)
+    redactor = Redactor(env, opts.env_names)
+    run_uuid = uuid.uuid4().hex
+    run_dir = ledger.staging / run_uuid
+    run_dir.mkdir(parents=True)
+    lock_fd = acquire_staging_lock(run_dir)
+    facts: dict[str, Any] = {
+        "run_uuid": run_uuid,
+        "pid": os.getpid(),
+        "pid_start": _proc_start(os.getpid()),
+        "host": socket.gethostname(),
+        "started_at": datetime.now(UTC).isoformat(),
+        "command": redactor.argv(list(opts.command)),
+        "cwd": str(opts.cwd),
+        "name": opts.name,
+        "tags": dict(opts.tags),
+        "attempt": opts.attempt,
+        "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
+        "ledger_version": __version__,
+    }
+    write_wrapper_facts(run_dir, facts)
+
+    capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
+    capture.start()
+    sampler = _start_sampler(run_dir, opts.telemetry_interval)
+
+    child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
+    forwarded: list[int] = []
+    child = Popen(list(opts.command), stdout=PIPE, stderr=PIPE, env=child_env, cwd=opts.cwd, start_new_session=True)
+    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
+    _fault("launched")
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    outputs = (opts.stdout or sys.stdout.buffer, opts.stderr or sys.stderr.buffer)
+    tee = _Tee(run_dir / LOG_FILE, redactor.text, outputs)
+    assert child.stdout is not None and child.stderr is not None
+    tee.start((child.stdout, child.stderr))
+    _fault("running")
+    try:
+        returncode = child.wait()
+        tee.join()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    ended = datetime.now(UTC)
+    _fault("finalizing")
+    if sampler is not None:
+        sampler.stop()
+    capture.join(timeout=60)
+
+    if returncode >= 0:
+        exit_code, signame = returncode, None
+    else:
+        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
+    if returncode == 0:
+        status = "succeeded"
+    elif forwarded and (returncode < 0 and -returncode in forwarded or returncode in (130, 143)):
+        status = "interrupted"
+    else:
+        status = "failed"
+    outcome = Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
+    err = outputs[1]
+    try:
+        _fault("publishing")
+        receipt = publish(ledger, run_dir, outcome, locked=True)
+    except (LedgerError, OSError) as exc:
+        os.close(lock_fd)
+        _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
+                  "publish it with `ledger recover` once the problem is fixed")
+        return RecordResult(None, exit_code or 1, run_dir)
+    os.close(lock_fd)
+    _fault("indexing")
+    try_sync(ledger)
+    _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    return RecordResult(receipt, exit_code, run_dir)
+
+
+def _say(stream: IO[bytes], text: str) -> None:
+    try:
+        stream.write((text + "\n").encode())
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:
+    """Capture the stack and write stack.json (never raises: a failed probe is recorded in its section)."""
+    try:
+        from ledger.capture import capture_stack
+
+        stack = capture_stack(opts.cwd, env, list(opts.command), redactor)
+        data = stack.model_dump(mode="json")
+    except Exception as exc:  # capture never fails the run
+        data = {"hardware": {"error": f"stack capture failed: {type(exc).__name__}: {exc}"}}
+    tmp = run_dir / (STACK_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, run_dir / STACK_FILE)
+
+
+def _start_sampler(run_dir: Path, interval: float) -> Any:
+    if interval <= 0:
+        return None
+    try:
+        from ledger.telemetry import Sampler
+
+        sampler = Sampler(run_dir, interval=interval)
+        sampler.start()
+        return sampler
+    except Exception:  # telemetry is best effort
+        return None

@@ -1,0 +1,98 @@
+"""Rich terminal rendering of library results (no logic here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas import Factor, Receipt, flatten, leaves
+
+console = Console()
+MAX_ROWS = 1000
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def receipts_table(rows: list[dict[str, Any]]) -> None:
+    """`ledger ls`."""
+    table = Table(show_lines=False)
+    for col in ("id", "name", "status", "started", "time s", "steps", "loss", "tok/s", "precision", "experts",
+                "tags"):
+        table.add_column(col)
+    for r in rows:
+        experts = f"{r['num_experts']}x top{r['top_k']}" if r["num_experts"] else "-"
+        table.add_row(
+            r["id"][:12], _fmt(r["name"]), r["status"] + (f" ({r['problems']} problems)" if r["problems"] else ""),
+            (r["started_at"] or "-")[:19], _fmt(r["duration_s"]), _fmt(r["steps"]), _fmt(r["final_loss"]),
+            _fmt(r["tokens_per_s"]), _fmt(r["precision"]), experts, _fmt(r["tags"]),
+        )
+    console.print(table)
+    console.print(f"{len(rows)} receipt(s)")
+
+
+def receipt(r: Receipt) -> None:
+    """`ledger show`: bookkeeping first, then every non-empty field grouped by factor."""
+    console.print(f"[bold]{r.id}[/bold]  {r.name or 'unnamed'}  [{r.status}]  exit {r.exit_code}")
+    console.print(f"started {r.started_at}  duration {_fmt(r.duration_s)} s  attempt {r.attempt}")
+    console.print("command: " + " ".join(r.command))
+    flat = flatten(r)
+    factors = dict(leaves())
+    by_factor: dict[Factor, list[tuple[str, Any]]] = {}
+    for path, value in flat.items():
+        if value in (None, [], {}, "") or path.startswith(("summary.", "artifacts", "problems")):
+            continue
+        if path == "stack.software.packages":
+            value = f"{len(value)} packages"
+        by_factor.setdefault(factors[path], []).append((path, value))
+    for factor in Factor:
+        items = by_factor.get(factor)
+        if not items or factor is Factor.RECORD:
+            continue
+        table = Table(title=factor.value, title_justify="left", show_header=False, box=None)
+        for path, value in items:
+            table.add_row(path, _fmt(value))
+        console.print(table)
+    summary = Table(title="summary", title_justify="left", show_header=False, box=None)
+    for key, value in r.summary.model_dump().items():
+        summary.add_row(key, _fmt(value))
+    console.print(summary)
+    files = Table("artifact", "rows", "bytes", "sha256", title="artifacts", title_justify="left")
+    for a in r.artifacts:
+        files.add_row(a.path, _fmt(a.rows), str(a.bytes), a.sha256[:16])
+    console.print(files)
+    for p in r.problems:
+        console.print(f"[yellow]problem[/yellow] {p.source}: {p.message}")
+
+
+def arrow_table(table: pa.Table) -> None:
+    """`ledger query`."""
+    out = Table(*table.column_names)
+    for row in table.slice(0, MAX_ROWS).to_pylist():
+        out.add_row(*(_fmt(v) for v in row.values()))
+    console.print(out)
+    if table.num_rows > MAX_ROWS:
+        console.print(f"(first {MAX_ROWS} of {table.num_rows} rows; use --json for all)")
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar fed with (done, total); silent when not on a terminal."""
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True, disable=not console.is_terminal)
+    task = bar.add_task(label, total=None)
+    with bar:
+        yield lambda done, total: bar.update(task, completed=done, total=total)
