@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -106,7 +106,7 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
-def _workload(run_dir: Path, problems: list[Problem]) -> Workload:
+def _workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workload:
     """The workload reported by the lowest rank (ranks that disagree are noted)."""
     found: list[tuple[int, dict[str, Any]]] = []
     for rank, directory in rank_dirs(run_dir):
@@ -118,6 +118,7 @@ def _workload(run_dir: Path, problems: list[Problem]) -> Workload:
     if not found:
         return Workload()
     rank, data = found[0]
+    data = _redact_json(data, redact)
     if any(other != data for _, other in found[1:]):
         problems.append(Problem(source=WORKLOAD_FILE, message=f"ranks reported different workloads; kept rank {rank}'s"))
     try:
@@ -129,7 +130,7 @@ def _workload(run_dir: Path, problems: list[Problem]) -> Workload:
         return Workload()
 
 
-def _stack(run_dir: Path, problems: list[Problem]) -> Stack:
+def _stack(run_dir: Path, problems: list[Problem], redact: Redact) -> Stack:
     data, problem = read_json(run_dir / STACK_FILE)
     if problem:
         problems.append(problem)
@@ -148,7 +149,7 @@ def _stack(run_dir: Path, problems: list[Problem]) -> Stack:
         if problem:
             problems.append(problem)
         if runtime is not None and rank >= 0:
-            facts[rank] = runtime
+            facts[rank] = _redact_json(runtime, redact)
     if facts:
         from ledger.capture import merge_runtime
 
@@ -165,8 +166,39 @@ def _energy(telemetry: pa.Table) -> tuple[float | None, str]:
     return energy_summary(telemetry)
 
 
-def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path) -> Receipt:
-    """Merge the staging directory into ``tmp`` and return the sealed receipt (not yet published)."""
+Redact = Callable[[str], str]
+
+
+def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
+    """Apply the redactor to every string column (event details, eval sources, phases, extra keys...):
+    the training process may log anything, and nothing it logs may carry a secret into the ledger."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_string(f.type):
+            values = table.column(i).to_pylist()
+            cleaned = [None if v is None else redact(v) for v in values]
+            if cleaned != values:
+                table = table.set_column(i, f, pa.array(cleaned, f.type))
+        elif pa.types.is_map(f.type) and table.num_rows:
+            rows = table.column(i).to_pylist()
+            cleaned_rows = [None if r is None else [(redact(k), v) for k, v in r] for r in rows]
+            if cleaned_rows != rows:
+                table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
+    return table
+
+
+def _redact_json(data: Any, redact: Redact) -> Any:
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, list):
+        return [_redact_json(v, redact) for v in data]
+    if isinstance(data, dict):
+        return {redact(str(k)): _redact_json(v, redact) for k, v in data.items()}
+    return data
+
+
+def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Redact) -> Receipt:
+    """Merge the staging directory into ``tmp`` and return the sealed receipt (not yet published).
+    Every string the training process wrote passes through ``redact``."""
     problems: list[Problem] = []
     wrapper, problem = read_json(run_dir / WRAPPER_FILE)
     if problem:
@@ -177,6 +209,7 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path) -> Receipt
     attempt = int(wrapper.get("attempt") or 1)
     for name in TABLES:
         table, bad = read_table(run_dir, name)
+        table = _redact_strings(table, redact)
         problems.extend(bad)
         if name == "events" and table.num_rows:
             table = table.set_column(
@@ -198,7 +231,9 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path) -> Receipt
         errors = directory / "sdk_errors.log"
         if errors.exists():
             lines = errors.read_text(errors="replace").splitlines()
-            problems.append(Problem(source=f"{directory.name}/sdk_errors.log", message="; ".join(lines[:5])))
+            problems.append(
+                Problem(source=f"{directory.name}/sdk_errors.log", message=redact("; ".join(lines[:5])))
+            )
     energy, method = _energy(tables["telemetry"])
     started = _parse_time(wrapper.get("started_at"))
     ended = outcome.ended_at or datetime.now(UTC)
@@ -216,8 +251,8 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path) -> Receipt
         command=tuple(wrapper.get("command") or ()),
         attempt=attempt,
         links=Links(**{k: links.get(k) for k in ("attempt_of", "replicates", "baseline")}),
-        stack=_stack(run_dir, problems),
-        workload=_workload(run_dir, problems),
+        stack=_stack(run_dir, problems, redact),
+        workload=_workload(run_dir, problems, redact),
         artifacts=tuple(artifacts),
         summary=summarize(tables, energy, method),
         problems=tuple(problems),
@@ -227,9 +262,16 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path) -> Receipt
     return receipt
 
 
-def publish(ledger: Ledger, run_dir: Path, outcome: Outcome, *, locked: bool = False) -> Receipt:
+def publish(
+    ledger: Ledger, run_dir: Path, outcome: Outcome, *, redact: Redact | None = None, locked: bool = False
+) -> Receipt:
     """Publish a staging directory as a receipt, exactly once, and remove the staging directory.
-    ``locked``: the caller already holds the staging lock (the wrapper, `ledger recover`)."""
+    ``redact``: the launch's redactor (default: one built from this process's environment, which still
+    catches every known credential shape); ``locked``: the caller already holds the staging lock."""
+    if redact is None:
+        from ledger.redact import Redactor
+
+        redact = Redactor(os.environ).text
     with nullcontext() if locked else staging_lock(run_dir):
         mark = run_dir / PUBLISHED_MARK
         if mark.exists():
@@ -240,7 +282,7 @@ def publish(ledger: Ledger, run_dir: Path, outcome: Outcome, *, locked: bool = F
         tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:
-            receipt = build(ledger, run_dir, outcome, tmp)
+            receipt = build(ledger, run_dir, outcome, tmp, redact)
             _write_synced(mark, receipt.id)
             target = ledger.path(receipt.id)
             try:

@@ -219,7 +219,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     err = outputs[1]
     try:
         _fault("publishing")
-        receipt = publish(ledger, run_dir, outcome, locked=True)
+        receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True)
     except (LedgerError, OSError) as exc:
         os.close(lock_fd)
         _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,7 +14,8 @@ from rich.table import Table
 
 from schemas import Factor, Receipt, flatten, leaves
 
-console = Console()
+# Piped output is read by tools and people alike: do not squeeze tables into 80 columns there.
+console = Console() if sys.stdout.isatty() else Console(width=200)
 MAX_ROWS = 1000
 
 
