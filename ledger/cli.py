@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,8 +50,14 @@ def _ledger(ctx: click.Context, path: Path | None) -> Ledger:
     return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):  # DuckDB's sum() of integers is a HUGEINT, i.e. a decimal in Arrow
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
+
+
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
 
 
 @click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})

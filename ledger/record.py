@@ -27,7 +27,7 @@ from typing import IO, Any
 from ledger import __version__
 from ledger.errors import BadInput, LedgerError
 from ledger.index import try_sync
-from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
+from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE, WRAPPER_RANK_DIR
 from ledger.publish import Outcome, acquire_staging_lock, publish, write_wrapper_facts
 from ledger.store import Ledger
 from schemas import Receipt
@@ -203,6 +203,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     _fault("finalizing")
     if sampler is not None:
         sampler.stop()
+        if sampler.errors:  # published as a problem of the receipt, like any rank's SDK errors
+            (run_dir / WRAPPER_RANK_DIR).mkdir(exist_ok=True)
+            with open(run_dir / WRAPPER_RANK_DIR / "sdk_errors.log", "a") as f:
+                f.write("".join(f"telemetry: {e}\n" for e in sampler.errors[:20]))
     capture.join(timeout=60)
 
     if returncode >= 0:

@@ -123,30 +123,38 @@ def _name_value(m: re.Match[str]) -> str:
     return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
 
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str | _Sub], ...] = (
+_CONTEXT_WORDS = ("token", "key", "secret", "passw", "passphrase", "credential", "cookie", "auth", "bearer",
+                  "wandb")
+"""Every contextual rule below needs one of these words (in any case): a text without any, as most log lines
+are, skips those rules."""
+_CONTEXT = "<a secret word>"
+"""The guard of contextual rules: decided once per text, by :data:`_CONTEXT_WORDS`."""
+
+_PATTERNS: tuple[tuple[str | None, re.Pattern[str], str | _Sub], ...] = (
+    # (guard: a substring the text must contain for the rule to apply, _CONTEXT, or None: always;
+    #  rule; replacement)
     # PEM private keys (whole block; an unterminated block is cut at the end of the text)
-    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S),
-     REDACTED),
+    ("-----BEGIN ", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE "
+                               r"KEY-----|\Z)", re.S), REDACTED),
     # credentials in URLs: keep the scheme, drop user[:password]
-    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@")),
+    ("://", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@")),
+    # provider token shapes: AWS access key ids, Hugging Face, GitHub, OpenAI/Anthropic, Slack
+    (None, re.compile(r"\b(?:(?:AKIA|ASIA)[0-9A-Z]{16}\b|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}"
+                r"|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"),
+     REDACTED),
     # Authorization headers, keeping the scheme word; then any remaining `Bearer xyz`
-    (re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?)"
-                r"[^\s\"',;]+"), _keep(1)),
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1)),
-    # provider token shapes
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (_CONTEXT, re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?"
+                              r"(?:(?:bearer|basic|token|digest)\s+)?)[^\s\"',;]+"), _keep(1)),
+    (_CONTEXT, re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1)),
     # W&B keys only in context: a bare 40-hex string is usually a git sha
-    (re.compile(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1)),
-    # --flag value / --flag=value in free text
-    (re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value),
+    (_CONTEXT, re.compile(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1)),
+    # --flag value / --flag=value in free text, and '--flag', 'value' in a printed list
+    (_CONTEXT, re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+|[\"']?\s*,\s*[\"']?)"
+                              r"(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value),
     # NAME=value, NAME: value, "name": "value"
-    (re.compile(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
-                r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value),
+    (_CONTEXT, re.compile(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
+                              r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"),
+     _name_value),
 )
 
 _FLAG = re.compile(r"--?[A-Za-z][\w.-]+")
@@ -164,9 +172,20 @@ class Redactor:
         self._env = dict(env)
         self._extra_names = frozenset(n for n in extra_env if not n.endswith("*"))
         self._extra_prefixes = tuple(n[:-1] for n in extra_env if n.endswith("*"))
-        values = {v for k, v in self._env.items() if len(v) >= MIN_SECRET_VALUE and looks_secret(k)}
-        alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+        self._secrets = {v for k, v in self._env.items() if len(v) >= MIN_SECRET_VALUE and looks_secret(k)}
+        self._values: re.Pattern[str] | None = None
+        self._compile()
+
+    def _compile(self) -> None:
+        alternatives = "|".join(re.escape(v) for v in sorted(self._secrets, key=len, reverse=True))
         self._values = re.compile(alternatives) if alternatives else None
+
+    def learn(self, value: str) -> None:
+        """Treat ``value`` as a secret from now on: :meth:`text` replaces it wherever it appears (when it
+        has at least 6 characters)."""
+        if len(value) >= MIN_SECRET_VALUE and value not in self._secrets:
+            self._secrets.add(value)
+            self._compile()
 
     def allowed(self, name: str) -> bool:
         """True when the variable ``name`` belongs in the receipt."""
@@ -192,31 +211,39 @@ class Redactor:
         """``s`` with every secret-looking substring replaced by :data:`REDACTED`."""
         if self._values is not None:
             s = self._values.sub(REDACTED, s)
-        for pattern, replacement in _PATTERNS:
-            s = pattern.sub(replacement, s)
+        lower = s.lower()
+        context = any(word in lower for word in _CONTEXT_WORDS)
+        for guard, pattern, replacement in _PATTERNS:
+            if guard is None or (context if guard == _CONTEXT else guard in s):
+                s = pattern.sub(replacement, s)
         return s
 
     def argv(self, args: Sequence[str]) -> list[str]:
         """A command with the values of secret flags redacted (``--flag value`` and ``--flag=value``), then
         :meth:`text` applied to every argument. A secret flag followed by another option is a switch
-        (``--use-auth-token --bf16``): nothing is consumed."""
+        (``--use-auth-token --bf16``): nothing is consumed. Each value redacted here is :meth:`learn`-ed, so
+        the training output that echoes its own arguments is redacted too."""
         out: list[str] = []
         pending: str | None = None
         for arg in args:
             if pending is not None:
                 flag, pending = pending, None
                 if not arg.startswith("-") or _NUMBER.fullmatch(arg):
-                    out.append(REDACTED if secret_value(flag, arg) else self.text(arg))
+                    out.append(self._secret(arg) if secret_value(flag, arg) else self.text(arg))
                     continue
             eq = _FLAG_EQ.fullmatch(arg)
             if eq and secret_value(eq.group(1), eq.group(2)):
-                out.append(f"{eq.group(1)}={REDACTED}")
+                out.append(f"{eq.group(1)}={self._secret(eq.group(2))}")
             elif not eq and _FLAG.fullmatch(arg) and looks_secret(arg):
                 pending = arg
                 out.append(arg)
             else:
                 out.append(self.text(arg))
         return out
+
+    def _secret(self, value: str) -> str:
+        self.learn(value)
+        return REDACTED
 
     def url(self, u: str) -> str:
         """A URL with its userinfo removed entirely, then :meth:`text` (query-string tokens).

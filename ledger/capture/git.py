@@ -1,8 +1,8 @@
 """The code probe: which commit a launch ran, and a digest of whatever differed from it.
 
-Two git processes at most (``status``, then ``diff`` only when tracked files changed); HEAD, the branch and
-the remotes are read from the repository files by gitpython without spawning git. Never raises: a failure
-is recorded in :attr:`schemas.receipt.Code.error` with whatever was learnt before it.
+Two git processes at most (``status``, then ``diff`` only when tracked files changed); HEAD, the branch
+and the remotes are read from the repository files by gitpython without spawning git. Never raises: a
+failure is recorded in :attr:`schemas.receipt.Code.error` with whatever was learnt before it.
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ def capture_code(cwd: Path, redactor: Redactor) -> Code:
     try:
         with repo:
             found["remote"] = _remote_url(repo, redactor)
-            has_commit = repo.head.is_valid()
-            if has_commit:
-                found["commit"] = repo.head.commit.hexsha
+            try:  # from the ref files: reading the commit object would start a git cat-file process
+                found["commit"] = git.SymbolicReference.dereference_recursive(repo, "HEAD")
+            except ValueError:  # no commit yet
+                pass
+            has_commit = found.get("commit") is not None
             found["branch"] = None if repo.head.is_detached else repo.head.reference.name
             if repo.bare:
                 return Code(**found)
@@ -54,26 +56,32 @@ def capture_code(cwd: Path, redactor: Redactor) -> Code:
             found["dirty"] = bool(tracked or untracked)
             if found["dirty"]:
                 base = "HEAD" if has_commit else EMPTY_TREE
-                diff = _git_bytes(repo, "diff", base, "--binary", "--no-color", "--no-ext-diff", "--no-textconv")
-                found["diff_digest"] = _digest(diff if tracked else b"", Path(repo.working_tree_dir or cwd),
-                                               untracked)
+                diff = _git_bytes(repo, "diff", base, "--binary", "--no-color", "--no-ext-diff",
+                                  "--no-textconv") if tracked else b""
+                found["diff_digest"] = _digest(diff, Path(repo.working_tree_dir or cwd), untracked)
             return Code(**found)
     except Exception as exc:
         return Code(**found, error=_oneline(exc, redactor))
 
 
+READ_ONLY = ("--no-optional-locks", "-c", "safe.directory=*", "-c", "core.fsmonitor=false")
+"""Options of every git command the probe runs: take no index lock (the user's own git commands must not
+fail because a launch started), read trees owned by another user (code bind-mounted into a container),
+and run no fsmonitor hook (which such a tree could configure)."""
+
+
 def _git_bytes(repo: Any, *args: str) -> bytes:
-    """Run one git command in the work tree without taking optional locks; stdout as raw bytes."""
-    out: bytes = repo.git.execute(
-        ["git", "--no-optional-locks", *args], stdout_as_string=False, strip_newline_in_stdout=False
-    )
+    """Run one read-only git command in the work tree; stdout as raw bytes."""
+    out: bytes = repo.git.execute(["git", *READ_ONLY, *args], stdout_as_string=False,
+                                  strip_newline_in_stdout=False)
     return out
 
 
 def _status(repo: Any) -> tuple[bool, list[bytes]]:
     """(any tracked change against HEAD, untracked paths relative to the work tree) from one
     ``git status --porcelain -z``."""
-    out = _git_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none")
+    out = _git_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
+                     "--ignore-submodules=none")
     tracked = False
     untracked: list[bytes] = []
     entries = iter(out.split(b"\0"))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +63,31 @@ def read_nvml(nvml: Any, host: dict[str, Any] | None = None) -> tuple[Hardware, 
                           cuda_driver=_cuda_driver(nvml))
         gpus: list[Gpu] = []
         links: list[Link] = []
+        errors: list[str] = []
         for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            gpus.append(Gpu(index=index, **{f: _try(nvml, lambda g=g: g(nvml, handle)) for f, g in _GPU_FIELDS.items()}))
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            except nvml.NVMLError as exc:  # e.g. a GPU that fell off the bus: counted, not described
+                gpus.append(Gpu(index=index))
+                errors.append(f"gpu {index}: {exc}")
+                continue
+            fields = {field: _try(nvml, partial(get, nvml, handle)) for field, get in _GPU_FIELDS.items()}
+            gpus.append(Gpu(index=index, **fields))
             links.extend(_nvlinks(nvml, index, handle))
-        names = sorted({g.name for g in gpus if g.name})
-        model = None if not names else names[0] if len(names) == 1 else "mixed: " + ", ".join(names)
-        return Hardware(**host, gpu_model=model, gpu_count=len(gpus), gpus=tuple(gpus), nvlinks=tuple(links),
-                        nvml="ok"), drivers
+        hardware = Hardware(**host, gpu_model=gpu_model(g.name for g in gpus), gpu_count=len(gpus),
+                            gpus=tuple(gpus), nvlinks=tuple(links), nvml="ok",
+                            error="; ".join(errors) or None)
+        return hardware, drivers
     finally:
         _try(nvml, nvml.nvmlShutdown)
+
+
+def gpu_model(names: Iterable[str | None]) -> str | None:
+    """One model name for a set of GPUs: None without any, 'mixed: A, B' when they differ."""
+    distinct = sorted({n for n in names if n})
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else None
+    return "mixed: " + ", ".join(distinct)
 
 
 def _nvlinks(nvml: Any, index: int, handle: Any) -> list[Link]:
@@ -84,9 +100,13 @@ def _nvlinks(nvml: Any, index: int, handle: Any) -> list[Link]:
                 continue
         except nvml.NVMLError:
             continue
-        peer = _try(nvml, lambda link=link: _str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
-        links.append(Link(gpu=index, link=link, peer=peer))
+        links.append(Link(gpu=index, link=link, peer=_try(nvml, partial(_peer, nvml, handle, link))))
     return links
+
+
+def _peer(nvml: Any, handle: Any, link: int) -> str:
+    """PCI bus id of the remote end of an NVLink."""
+    return _str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
 
 
 def _cuda_driver(nvml: Any) -> str | None:
@@ -148,4 +168,4 @@ def _memory_bytes() -> int | None:
         return None
 
 
-__all__ = ["capture_hardware", "read_nvml"]
+__all__ = ["capture_hardware", "gpu_model", "read_nvml"]
