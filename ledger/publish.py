@@ -118,15 +118,17 @@ def _workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workloa
     if not found:
         return Workload()
     rank, data = found[0]
-    data = _redact_json(data, redact)
     if any(other != data for _, other in found[1:]):
-        problems.append(Problem(source=WORKLOAD_FILE, message=f"ranks reported different workloads; kept rank {rank}'s"))
+        problems.append(
+            Problem(source=WORKLOAD_FILE, message=f"ranks reported different workloads; kept rank {rank}'s")
+        )
     try:
-        return Workload.model_validate(data)
+        return Workload.model_validate(_redact_json(data, redact))
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        problems.append(Problem(source=f"rank-{rank:05d}/{WORKLOAD_FILE}", message=f"field {field}: {err['msg']}; workload not recorded"))
+        problems.append(Problem(source=f"rank-{rank:05d}/{WORKLOAD_FILE}",
+                                message=f"field {field}: {err['msg']}; workload not recorded"))
         return Workload()
 
 
@@ -218,16 +220,15 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Re
         tables[name] = table
         path = tmp / f"{name}.parquet"
         pq.write_table(table, path, compression="zstd")
-        artifacts.append(
-            Artifact(path=path.name, kind="table", sha256=sha256_file(path), bytes=path.stat().st_size, rows=table.num_rows)
-        )
+        artifacts.append(Artifact(path=path.name, kind="table", sha256=sha256_file(path),
+                                  bytes=path.stat().st_size, rows=table.num_rows))
     log = run_dir / LOG_FILE
     if log.exists():
-        shutil.copyfile(log, tmp / LOG_FILE)
+        copied = Path(shutil.copyfile(log, tmp / LOG_FILE))
         artifacts.append(
-            Artifact(path=LOG_FILE, kind="log", sha256=sha256_file(tmp / LOG_FILE), bytes=log.stat().st_size)
+            Artifact(path=LOG_FILE, kind="log", sha256=sha256_file(copied), bytes=copied.stat().st_size)
         )
-    for rank, directory in rank_dirs(run_dir):
+    for _, directory in rank_dirs(run_dir):
         errors = directory / "sdk_errors.log"
         if errors.exists():
             lines = errors.read_text(errors="replace").splitlines()

@@ -23,7 +23,7 @@ def _median_after_warmup(column: pa.ChunkedArray) -> float | None:
         return None
     values.sort()
     mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def summarize(

@@ -62,7 +62,7 @@ def test_ls_show_and_where(two_runs, ledger_cli) -> None:
         (["query", "SELEC nonsense"], "does not parse"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(two_runs, ledger_cli, args, message) -> None:
+def test_bad_input_is_one_line_and_exit_2(ledger_cli, args, message) -> None:
     proc = ledger_cli(*args)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("Error: ") and message in proc.stderr

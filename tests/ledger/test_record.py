@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from helpers import ids_in, load_receipt
-
 from conftest import BIN, child_env
+from helpers import ids_in, load_receipt
 
 
 def _only(ledger_dir: Path) -> dict:
