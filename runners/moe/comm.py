@@ -12,6 +12,7 @@ are divided by W, since every rank's loss is the mean over its own tokens.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +48,11 @@ class Topology:
 
 def world_from_env() -> tuple[int, int, int]:
     """(rank, world size, local rank) as torchrun exports them; (0, 1, 0) when launched plainly."""
-    return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
-            int(os.environ.get("LOCAL_RANK", "0")))
+    return (
+        int(os.environ.get("RANK", "0")),
+        int(os.environ.get("WORLD_SIZE", "1")),
+        int(os.environ.get("LOCAL_RANK", "0")),
+    )
 
 
 def init_topology(ep: int, device: torch.device) -> Topology:
@@ -56,6 +60,8 @@ def init_topology(ep: int, device: torch.device) -> Topology:
     rank, world, local_rank = world_from_env()
     if world == 1:
         return Topology(ep=ep)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     ep_group = edp_group = None
     for g in range(world // ep):  # every rank must create every group, in the same order
@@ -78,8 +84,14 @@ class _AllToAll(torch.autograd.Function):
     """all_to_all_single with variable splits; its backward sends the gradients back the same way."""
 
     @staticmethod
-    def forward(ctx: Any, x_MD: torch.Tensor, out_splits: list[int], in_splits: list[int],
-                group: dist.ProcessGroup, timer: PhaseTimer) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x_MD: torch.Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        group: dist.ProcessGroup,
+        timer: PhaseTimer,
+    ) -> torch.Tensor:
         ctx.out_splits, ctx.in_splits, ctx.group, ctx.timer = out_splits, in_splits, group, timer
         return _exchange(x_MD, out_splits, in_splits, group)
 
@@ -90,15 +102,21 @@ class _AllToAll(torch.autograd.Function):
         return grad_MD, None, None, None, None
 
 
-def _exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int],
-              group: dist.ProcessGroup) -> torch.Tensor:
+def _exchange(
+    x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: dist.ProcessGroup
+) -> torch.Tensor:
     out = x.new_empty((sum(out_splits), *x.shape[1:]))
     dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
     return out
 
 
-def all_to_all(x_MD: torch.Tensor, out_splits: list[int], in_splits: list[int], group: dist.ProcessGroup,
-               timer: PhaseTimer) -> torch.Tensor:
+def all_to_all(
+    x_MD: torch.Tensor,
+    out_splits: list[int],
+    in_splits: list[int],
+    group: dist.ProcessGroup,
+    timer: PhaseTimer,
+) -> torch.Tensor:
     """Send rows x_MD[sum(in_splits[:r]) : ...] to rank r of ``group``; receive out_splits[r] rows from it."""
     out: torch.Tensor = _AllToAll.apply(x_MD, out_splits, in_splits, group, timer)
     return out
@@ -113,7 +131,7 @@ def exchange_counts(counts_E: torch.Tensor, group: dist.ProcessGroup) -> torch.T
     return out.view(R, -1)
 
 
-def sync_gradients(dense: list[torch.Tensor], experts: list[torch.Tensor], topo: Topology) -> None:
+def sync_gradients(dense: Sequence[torch.Tensor], experts: Sequence[torch.Tensor], topo: Topology) -> None:
     """Average gradients: dense over the world, experts over their expert-data-parallel group (see module)."""
     if not topo.distributed:
         return
@@ -127,14 +145,16 @@ def sync_gradients(dense: list[torch.Tensor], experts: list[torch.Tensor], topo:
         flat /= topo.world
         offset = 0
         for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
 
-def clip_grad_norm(dense: list[torch.Tensor], experts: list[torch.Tensor], max_norm: float,
-                   topo: Topology) -> float:
+def clip_grad_norm(
+    dense: Sequence[torch.Tensor], experts: Sequence[torch.Tensor], max_norm: float, topo: Topology
+) -> torch.Tensor:
     """Global gradient norm (expert shards summed over the EP group) before clipping; clips in place."""
-    def sq(params: list[torch.Tensor]) -> torch.Tensor:
+
+    def sq(params: Sequence[torch.Tensor]) -> torch.Tensor:
         grads = [p.grad.detach().float().reshape(-1) for p in params if p.grad is not None]
         return torch.cat(grads).square().sum() if grads else torch.zeros(())
 
@@ -148,7 +168,7 @@ def clip_grad_norm(dense: list[torch.Tensor], experts: list[torch.Tensor], max_n
         for p in (*dense, *experts):
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.dtype))
-    return float(norm)
+    return norm
 
 
 def all_reduce_sum(t: torch.Tensor, topo: Topology) -> torch.Tensor:

@@ -48,13 +48,19 @@ class DispatcherConfig:
         if self.num_experts < 1:
             raise ValueError(f"num_experts must be >= 1, got {self.num_experts}")
         if not 1 <= self.top_k <= self.num_experts:
-            raise ValueError(f"top_k must be between 1 and num_experts ({self.num_experts}), got {self.top_k}")
+            raise ValueError(
+                f"top_k must be between 1 and num_experts ({self.num_experts}), got {self.top_k}"
+            )
         if self.capacity_factor is not None and not self.capacity_factor > 0:
-            raise ValueError(f"capacity_factor must be > 0 (or None for dropless), got {self.capacity_factor}")
+            raise ValueError(
+                f"capacity_factor must be > 0 (or None for dropless), got {self.capacity_factor}"
+            )
         if self.drop_policy not in ("probs", "position"):
             raise ValueError(f"drop_policy must be probs or position, got {self.drop_policy!r}")
         if self.pad_to_capacity and self.capacity_factor is None:
-            raise ValueError("pad_to_capacity needs a capacity_factor (padding a dropless dispatch is undefined)")
+            raise ValueError(
+                "pad_to_capacity needs a capacity_factor (padding a dropless dispatch is undefined)"
+            )
         if self.ep_size < 1 or self.num_experts % self.ep_size:
             raise ValueError(
                 f"num_experts ({self.num_experts}) must be divisible by the EP size ({self.ep_size})"
@@ -76,7 +82,8 @@ class DispatchPlan:
 
     T: int
     kept_A: torch.Tensor
-    """Assignment index (t * K + k) of each row sent, in send order (unpadded) or slot order (padded)."""
+    """Assignment index (t * K + k) of every kept assignment, grouped by expert: the rows sent, in order
+    (without padding), or the assignments whose rows are ``slot_of_kept`` (with padding)."""
     slot_of_kept: torch.Tensor | None
     """Padded only: the row (e * C + rank) each kept assignment occupies."""
     rows_per_local_expert: list[int]
@@ -95,13 +102,16 @@ class DispatchPlan:
 class Dispatcher:
     """Permutes token-assignments into per-expert contiguous rows and back (no parameters)."""
 
-    def __init__(self, config: DispatcherConfig, ep_group: dist.ProcessGroup | None, timer: PhaseTimer) -> None:
+    def __init__(
+        self, config: DispatcherConfig, ep_group: dist.ProcessGroup | None, timer: PhaseTimer
+    ) -> None:
         self.config = config
         self.ep_group = ep_group if config.ep_size > 1 else None
         self.timer = timer
 
-    def dispatch(self, x_TD: torch.Tensor, experts_TK: torch.Tensor,
-                 weights_TK: torch.Tensor) -> tuple[torch.Tensor, DispatchPlan]:
+    def dispatch(
+        self, x_TD: torch.Tensor, experts_TK: torch.Tensor, weights_TK: torch.Tensor
+    ) -> tuple[torch.Tensor, DispatchPlan]:
         """Rows for this rank's experts, grouped by local expert, and the plan to undo it."""
         cfg = self.config
         E = cfg.num_experts

@@ -45,7 +45,9 @@ class ExpertsConfig:
 class Experts(nn.Module):
     """L SwiGLU experts: out = (silu(x W_gate) * (x W_up)) W_down, each on its own slice of rows."""
 
-    def __init__(self, config: ExpertsConfig, weights: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    def __init__(
+        self, config: ExpertsConfig, weights: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    ) -> None:
         """``weights``: (gate_LDF, up_LDF, down_LFD) initial values, sliced by the caller from the full set of
         E experts so that the model is the same whatever the expert-parallel size."""
         super().__init__()
@@ -70,13 +72,15 @@ class Experts(nn.Module):
             return torch.bmm(h_LCF, w_down).view(x_ND.shape[0], -1)
         if backend == "grouped":
             offs_L = torch.tensor(rows_per_expert, device=x_ND.device).cumsum(0).to(torch.int32)
-            h_NF = F.silu(torch._grouped_mm(x_ND, w_gate, offs=offs_L)) * torch._grouped_mm(x_ND, w_up, offs=offs_L)
+            h_NF = F.silu(torch._grouped_mm(x_ND, w_gate, offs=offs_L)) * torch._grouped_mm(
+                x_ND, w_up, offs=offs_L
+            )
             out: torch.Tensor = torch._grouped_mm(h_NF, w_down, offs=offs_L)
             return out
         outs = []
         start = 0
         for e, n in enumerate(rows_per_expert):
-            x = x_ND[start:start + n]
+            x = x_ND[start : start + n]
             outs.append((F.silu(x @ w_gate[e]) * (x @ w_up[e])) @ w_down[e])
             start += n
         return torch.cat(outs) if outs else x_ND.new_zeros((0, x_ND.shape[1]))
@@ -101,6 +105,8 @@ def grouped_mm_works(device: torch.device, dtype: torch.dtype) -> bool:
         ref = torch.cat([x[:16] @ w[0], x[16:] @ w[1]])
         return bool(torch.allclose(y.float(), ref.float(), atol=1e-1, rtol=1e-2))
     except Exception as exc:  # unsupported dtype or architecture
-        warnings.warn(f"torch._grouped_mm unusable here ({type(exc).__name__}: {exc}); looping over experts",
-                      stacklevel=2)
+        warnings.warn(
+            f"torch._grouped_mm unusable here ({type(exc).__name__}: {exc}); looping over experts",
+            stacklevel=2,
+        )
         return False

@@ -93,6 +93,12 @@ class MoELayer(nn.Module):
             with self.timer.phase("expert"):
                 y_TD = y_TD + self.shared(x_TD).float()
         if self.training:
-            self.stats = LayerStats(plan.counts_E.detach(), plan.dropped_E.detach(), plan.capacity,
-                                    routing.entropy, routing.aux_loss, routing.z_loss)
+            self.stats = LayerStats(
+                plan.counts_E.detach(),
+                plan.dropped_E.detach(),
+                plan.capacity,
+                routing.entropy,
+                routing.aux_loss,
+                routing.z_loss,
+            )
         return y_TD.to(x_BSD.dtype).view(B, S, D)

@@ -80,6 +80,7 @@ class Router(nn.Module):
         self.dp_group = dp_group
         E = config.num_experts
         self.weight_ED = nn.Parameter(torch.empty(E, hidden)) if E > 1 else None
+        self.expert_bias_E: torch.Tensor
         self.register_buffer("expert_bias_E", torch.zeros(E), persistent=True)
         if self.weight_ED is not None:
             nn.init.normal_(self.weight_ED, std=0.02)

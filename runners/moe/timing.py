@@ -8,6 +8,14 @@
 Phases never nest, so they add up: the MoE layer stops "dispatch" before it starts "all_to_all". The
 all-to-all run by autograd during backward is timed as "all_to_all" too (``in_backward=True``) and taken
 out of "backward" by :meth:`collect`. Disabled, :meth:`phase` returns one shared no-op context.
+
+What each phase covers (forward unless said): attention (norm + attention block), router (gate, top-k,
+losses, and the all-reduce of expert counts for the global-batch aux loss under DP), dispatch (sort by
+expert, capacity, gather, regroup after the exchange), all_to_all (counts and rows, forward and backward),
+expert (routed and shared experts; dense FFN layers), combine (un-permute, weighted sum), backward (autograd
+minus its all-to-all), grad_sync (gradient all-reduce), optimizer (clip, AdamW, schedule, expert-bias
+update). The training loop adds "other": the step's wall time minus all of these (embedding, LM head,
+loss, data, delay_s).
 """
 
 from __future__ import annotations
@@ -19,8 +27,17 @@ from typing import Any
 
 import torch
 
-PHASES = ("attention", "router", "dispatch", "all_to_all", "expert", "combine", "backward", "grad_sync",
-          "optimizer")
+PHASES = (
+    "attention",
+    "router",
+    "dispatch",
+    "all_to_all",
+    "expert",
+    "combine",
+    "backward",
+    "grad_sync",
+    "optimizer",
+)
 """The phases a step is split into; "other" (the remainder of the step) is added by the training loop."""
 
 _NULL = contextlib.nullcontext()
