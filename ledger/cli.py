@@ -6,20 +6,14 @@ Every command takes ``--ledger DIR`` (default ``./receipts`` or ``$LEDGER_DIR``)
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from ledger.clikit import echo_json, ledger_from, ledger_option
 from ledger.errors import BadInput, LedgerError, QueryRefused
-from ledger.layout import ledger_dir
-from ledger.store import Ledger
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class LedgerGroup(click.Group):
@@ -33,31 +27,6 @@ class LedgerGroup(click.Group):
                 raise
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-
-
-def ledger_option(f: F) -> F:
-    """``--ledger DIR`` on every command."""
-    return click.option(
-        "--ledger",
-        "ledger_path",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Ledger directory (default: ./receipts or $LEDGER_DIR).",
-    )(f)
-
-
-def _ledger(ctx: click.Context, path: Path | None) -> Ledger:
-    return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):  # DuckDB's sum() of integers is a HUGEINT, i.e. a decimal in Arrow
-        return int(value) if value == value.to_integral_value() else float(value)
-    return str(value)
-
-
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
 
 
 @click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,7 +86,7 @@ def record(
     from ledger.record import RecordOptions
     from ledger.record import record as run_record
 
-    ledger = _ledger(ctx, ledger_path)
+    ledger = ledger_from(ctx, ledger_path)
     if not command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
     links = resolve_links(ledger, attempt_of=attempt_of, replicates=replicates, baseline=baseline)
@@ -147,9 +116,9 @@ def ls_cmd(ctx: click.Context, where: str | None, as_json: bool, ledger_path: Pa
     """
     from ledger import reading, render
 
-    rows = reading.list_receipts(_ledger(ctx, ledger_path), where)
+    rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
     if as_json:
-        _echo_json(rows)
+        echo_json(rows)
     else:
         render.receipts_table(rows)
 
@@ -168,9 +137,9 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     """
     from ledger import reading, render
 
-    receipt = reading.show(_ledger(ctx, ledger_path), ref)
+    receipt = reading.show(ledger_from(ctx, ledger_path), ref)
     if as_json:
-        _echo_json(receipt.model_dump(mode="json"))
+        echo_json(receipt.model_dump(mode="json"))
     else:
         render.receipt(receipt)
 
@@ -191,9 +160,9 @@ def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None)
     """
     from ledger import reading, render
 
-    table = reading.read_only_query(_ledger(ctx, ledger_path), sql)
+    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql)
     if as_json:
-        _echo_json(table.to_pylist())
+        echo_json(table.to_pylist())
     else:
         render.arrow_table(table)
 
@@ -210,7 +179,7 @@ def reindex(ctx: click.Context, ledger_path: Path | None) -> None:
     """
     from ledger import index, render
 
-    ledger = _ledger(ctx, ledger_path)
+    ledger = ledger_from(ctx, ledger_path)
     with render.progress("indexing receipts") as advance:
         result = index.reindex(ledger, advance)
     click.echo(f"indexed {len(result.added)} receipt(s)" + (
@@ -231,7 +200,7 @@ def recover(ctx: click.Context, ledger_path: Path | None) -> None:
     from ledger import index
     from ledger.recover import recover as do_recover
 
-    ledger = _ledger(ctx, ledger_path)
+    ledger = ledger_from(ctx, ledger_path)
     results = do_recover(ledger)
     for r in results:
         click.echo(f"{r.run_uuid[:12]}: {r.action}" + (f" as {r.receipt_id}" if r.receipt_id else "")
@@ -239,6 +208,15 @@ def recover(ctx: click.Context, ledger_path: Path | None) -> None:
     if not results:
         click.echo("nothing to recover")
     index.try_sync(ledger, timeout=30)
+
+
+def _register_plugins() -> None:
+    from ledger.commands import register_all
+
+    register_all(cli)
+
+
+_register_plugins()
 
 
 def main() -> None:

@@ -84,6 +84,9 @@ class Package(Model):
 class Software(Model):
     """The Python environment and the ML libraries that matter most."""
 
+    framework: str | None = F(Factor.SOFTWARE)
+    """Training framework as a submission names it, e.g. 'NeMo NVIDIA Release 24.04' (imported evidence)."""
+
     python: str | None = F(Factor.SOFTWARE)
     """Python version (major.minor.micro)."""
     python_executable: str | None = F(Factor.RECORD)
@@ -156,6 +159,10 @@ class Hardware(Model):
 
     hostname: str | None = F(Factor.RECORD)
     """Launching host."""
+    system: str | None = F(Factor.RECORD)
+    """System name as a vendor or submission gives it, e.g. 'XE9680x8H100-SXM-80GB'."""
+    interconnect: str | None = F(Factor.HARDWARE)
+    """Inter-node and intra-node interconnect, as described (e.g. 'NVLink 4 + 8x InfiniBand NDR')."""
     cpu_model: str | None = F(Factor.HARDWARE)
     """CPU model name."""
     cpu_cores: int | None = F(Factor.HARDWARE)
@@ -475,6 +482,27 @@ class Problem(Model):
     """What went wrong."""
 
 
+class ImportSource(Model):
+    """Where an imported receipt's evidence came from."""
+
+    kind: str = F(Factor.RECORD)
+    """megatron-log, mlperf, megatron-golden, profiler-trace..."""
+    path: str = F(Factor.RECORD)
+    """The file as given on import (its name; never its contents)."""
+    sha256: str = F(Factor.RECORD)
+    """sha256 of the imported file."""
+    submitter: str | None = F(Factor.RECORD)
+    """Organisation that produced the evidence (MLPerf submitter, vendor)."""
+    division: str | None = F(Factor.RECORD)
+    """MLPerf division (closed, open)."""
+    benchmark: str | None = F(Factor.RECORD)
+    """Benchmark name, e.g. llama2_70b_lora."""
+    lines: int | None = F(Factor.RECORD)
+    """Lines read."""
+    unparsed_lines: int = F(Factor.RECORD, 0)
+    """Lines that looked like evidence but did not parse (listed in problems)."""
+
+
 class Summary(Model):
     """Headline figures derived from the metric tables at publish time."""
 
@@ -504,6 +532,10 @@ class Summary(Model):
     """Eval rows recorded."""
     routing_rows: int = F(Factor.RECORD, 0)
     """Routing rows recorded."""
+    outcome: str | None = F(Factor.RECORD)
+    """Result status the evidence itself states (MLPerf run_stop status: success, aborted), if any."""
+    time_to_train_s: float | None = F(Factor.RECORD)
+    """MLPerf time to train: run_stop - run_start, when the evidence gives both."""
 
 
 class Receipt(Model):
@@ -538,6 +570,8 @@ class Receipt(Model):
     """1 for a first attempt; n for the n-th attempt of a logical run."""
     links: Links = Field(default_factory=Links)
     """Relations to other receipts."""
+    source: ImportSource | None = F(Factor.RECORD)
+    """For imported receipts: the evidence file."""
     stack: Stack = Field(default_factory=Stack)
     """How it ran."""
     workload: Workload = Field(default_factory=Workload)
