@@ -198,9 +198,16 @@ def _redact_json(data: Any, redact: Redact) -> Any:
     return data
 
 
-def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Redact) -> Receipt:
+Amend = Callable[[Receipt, dict[str, pa.Table]], Receipt]
+
+
+def build(
+    ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Redact, amend: Amend | None = None
+) -> Receipt:
     """Merge the staging directory into ``tmp`` and return the sealed receipt (not yet published).
-    Every string the training process wrote passes through ``redact``."""
+    Every string the training process wrote passes through ``redact``. ``amend`` may change the
+    receipt (not its artifacts) before it is sealed: importers set ``source``, times and summary facts
+    that only the evidence knows; it receives the merged tables."""
     problems: list[Problem] = []
     wrapper, problem = read_json(run_dir / WRAPPER_FILE)
     if problem:
@@ -258,13 +265,24 @@ def build(ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Re
         summary=summarize(tables, energy, method),
         problems=tuple(problems),
     )
+    if amend is not None:
+        # model_copy(update=...) does not validate: validate the amended receipt as a whole
+        receipt = Receipt.model_validate(amend(receipt, tables).model_dump(mode="json"))
+        if receipt.artifacts != tuple(artifacts):
+            raise ValueError("amend must not change the artifacts")
     receipt = seal(receipt)
     write_receipt(tmp, receipt)
     return receipt
 
 
 def publish(
-    ledger: Ledger, run_dir: Path, outcome: Outcome, *, redact: Redact | None = None, locked: bool = False
+    ledger: Ledger,
+    run_dir: Path,
+    outcome: Outcome,
+    *,
+    redact: Redact | None = None,
+    locked: bool = False,
+    amend: Amend | None = None,
 ) -> Receipt:
     """Publish a staging directory as a receipt, exactly once, and remove the staging directory.
     ``redact``: the launch's redactor (default: one built from this process's environment, which still
@@ -283,7 +301,7 @@ def publish(
         tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:
-            receipt = build(ledger, run_dir, outcome, tmp, redact)
+            receipt = build(ledger, run_dir, outcome, tmp, redact, amend)
             _write_synced(mark, receipt.id)
             target = ledger.path(receipt.id)
             try:
