@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from ledger.faults import fault
 from ledger.layout import (
     LOCK_FILE,
     LOG_FILE,
@@ -302,6 +303,7 @@ def publish(
         tmp.mkdir(parents=True)
         try:
             receipt = build(ledger, run_dir, outcome, tmp, redact, amend)
+            fault("publishing")
             _write_synced(mark, receipt.id)
             target = ledger.path(receipt.id)
             try:
@@ -314,6 +316,7 @@ def publish(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         _fsync_dir(ledger.root)
+        fault("published")
     shutil.rmtree(run_dir, ignore_errors=True)
     return receipt
 
@@ -336,8 +339,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write a small JSON file so that readers see the old or the new content, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
 def write_wrapper_facts(run_dir: Path, facts: dict[str, Any]) -> None:
     """Write wrapper.json atomically."""
-    tmp = run_dir / f"{WRAPPER_FILE}.tmp"
-    tmp.write_text(json.dumps(facts, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, run_dir / WRAPPER_FILE)
+    write_json_atomic(run_dir / WRAPPER_FILE, facts)

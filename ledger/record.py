@@ -26,16 +26,17 @@ from typing import IO, Any
 
 from ledger import __version__
 from ledger.errors import BadInput, LedgerError
+from ledger.faults import fault
 from ledger.index import try_sync
 from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE, WRAPPER_RANK_DIR
-from ledger.publish import Outcome, acquire_staging_lock, publish, write_wrapper_facts
+from ledger.publish import Outcome, acquire_staging_lock, publish, write_json_atomic, write_wrapper_facts
 from ledger.store import Ledger
 from schemas import Receipt
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-FAULT_ENV = "LEDGER_FAULT_AT"
-"""Fault injection for the crash tests: the wrapper SIGKILLs itself when it reaches this phase
-(launched, running, finalizing, publishing, indexing)."""
+EXIT_FILE = "exit.json"
+"""Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
+a run whose wrapper died afterwards its true status."""
 
 
 @dataclass
@@ -65,9 +66,20 @@ class RecordResult:
     run_dir: Path
 
 
-def _fault(phase: str) -> None:
-    if os.environ.get(FAULT_ENV) == phase:
-        os.kill(os.getpid(), signal.SIGKILL)
+def outcome_of(returncode: int, forwarded: Sequence[int], ended: datetime | None) -> Outcome:
+    """Status, exit code and signal of a child that exited with ``returncode`` (negative: killed by a
+    signal) after the wrapper forwarded the signals ``forwarded`` to it."""
+    if returncode >= 0:
+        exit_code, signame = returncode, None
+    else:
+        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
+    if returncode == 0:
+        status = "succeeded"
+    elif forwarded and (-returncode in forwarded or returncode - 128 in forwarded or returncode in (130, 143)):
+        status = "interrupted"
+    else:
+        status = "failed"
+    return Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
 
 
 def _proc_start(pid: int) -> str | None:
@@ -176,9 +188,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     forwarded: list[int] = []
+    fault("prelaunch")
     child = Popen(list(opts.command), stdout=PIPE, stderr=PIPE, env=child_env, cwd=opts.cwd, start_new_session=True)
     write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
-    _fault("launched")
+    fault("launched")
 
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
@@ -192,7 +205,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     tee = _Tee(run_dir / LOG_FILE, redactor.text, outputs)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
-    _fault("running")
+    fault("running")
     try:
         returncode = child.wait()
         tee.join()
@@ -200,7 +213,9 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         for s, handler in previous.items():
             signal.signal(s, handler)
     ended = datetime.now(UTC)
-    _fault("finalizing")
+    write_json_atomic(run_dir / EXIT_FILE,
+                      {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
+    fault("finalizing")
     if sampler is not None:
         sampler.stop()
         if sampler.errors:  # published as a problem of the receipt, like any rank's SDK errors
@@ -209,20 +224,11 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
                 f.write("".join(f"telemetry: {e}\n" for e in sampler.errors[:20]))
     capture.join(timeout=60)
 
-    if returncode >= 0:
-        exit_code, signame = returncode, None
-    else:
-        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
-    if returncode == 0:
-        status = "succeeded"
-    elif forwarded and (returncode < 0 and -returncode in forwarded or returncode in (130, 143)):
-        status = "interrupted"
-    else:
-        status = "failed"
-    outcome = Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
+    outcome = outcome_of(returncode, forwarded, ended)
+    exit_code, status = outcome.exit_code or 0, outcome.status
     err = outputs[1]
     try:
-        _fault("publishing")
+        fault("publishing")
         receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True)
     except (LedgerError, OSError) as exc:
         os.close(lock_fd)
@@ -230,7 +236,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
                   "publish it with `ledger recover` once the problem is fixed")
         return RecordResult(None, exit_code or 1, run_dir)
     os.close(lock_fd)
-    _fault("indexing")
+    fault("indexing")
     try_sync(ledger)
     _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)

@@ -16,7 +16,7 @@ from pathlib import Path
 from ledger.layout import TMP_PREFIX, WRAPPER_FILE
 from ledger.merge import read_json
 from ledger.publish import Outcome, StagingBusy, acquire_staging_lock, publish
-from ledger.record import process_alive
+from ledger.record import EXIT_FILE, outcome_of, process_alive
 from ledger.store import Ledger
 
 
@@ -65,11 +65,21 @@ def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
             facts.get("child_pid"), facts.get("child_start")
         ):
             return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
-        outcome = Outcome(status="interrupted", ended_at=_last_sign_of_life(run_dir))
+        outcome = _outcome(run_dir)
         receipt = publish(ledger, run_dir, outcome, locked=True)
         return Recovered(run_dir.name, "published", receipt.id)
     finally:
         os.close(fd)
+
+
+def _outcome(run_dir: Path) -> Outcome:
+    """The child's true outcome when the wrapper saw it exit (exit.json); otherwise interrupted, ended at
+    the run's last sign of life."""
+    done, _ = read_json(run_dir / EXIT_FILE)
+    if done is not None and isinstance(done.get("returncode"), int):
+        ended = datetime.fromisoformat(done["ended_at"]) if done.get("ended_at") else _last_sign_of_life(run_dir)
+        return outcome_of(done["returncode"], done.get("forwarded") or [], ended)
+    return Outcome(status="interrupted", ended_at=_last_sign_of_life(run_dir))
 
 
 def _remove_stale_tmp(ledger: Ledger) -> None:
