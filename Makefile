@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip "setuptools>=69" wheel
+	$(PY) -m pip install --disable-pip-version-check -q --upgrade pip "setuptools>=77" wheel
 
 # core + torch (the runner) ; dev tools ; benchmarks: one stamp each, redone when the inputs change
 $(VENV)/.core: $(PY) pyproject.toml constraints.txt
