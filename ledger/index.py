@@ -185,6 +185,7 @@ def sync(
     progress: Callable[[int, int], None] | None = None,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished."""
+    from ledger.integrity import verify_receipt
     from ledger.store import parse_receipt
 
     result = SyncResult()
@@ -197,6 +198,9 @@ def sync(
     todo = sorted(on_disk - indexed - known_damaged)
     for i, receipt_id in enumerate(todo):
         try:
+            findings = verify_receipt(ledger, receipt_id)  # only verified data enters the index
+            if findings:
+                raise LedgerError(f"{findings[0].path}: {findings[0].problem}")
             data = ledger.read_raw(receipt_id)
             receipt = parse_receipt(data, ledger.path(receipt_id) / RECEIPT_FILE)
             data = receipt.model_dump(mode="json")

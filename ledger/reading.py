@@ -44,8 +44,10 @@ def resolve_ref(ledger: Ledger, ref: str) -> str:
 
 
 def show(ledger: Ledger, ref: str) -> Receipt:
-    """The receipt a ref names, read from its file (the truth), validated."""
-    return ledger.load(resolve_ref(ledger, ref))
+    """The receipt a ref names, read from its file (the truth), validated and checked for damage."""
+    from ledger.integrity import check_intact
+
+    return check_intact(ledger, resolve_ref(ledger, ref))
 
 
 READ_STATEMENTS = {duckdb.StatementType.SELECT}

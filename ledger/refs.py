@@ -6,7 +6,7 @@ import re
 
 import duckdb
 
-from ledger.errors import AmbiguousRef, InvalidRef, UnknownRef
+from ledger.errors import AmbiguousRef, DamagedReceipt, InvalidRef, UnknownRef
 
 REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,199}$")
 MIN_PREFIX = 4
@@ -31,6 +31,11 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> str:
     """
     check_ref(ref)
     if re.fullmatch(r"[0-9a-f]+", ref) and len(ref) >= MIN_PREFIX:
+        damaged = con.execute("SELECT id, error FROM damaged WHERE starts_with(id, ?)", [ref]).fetchall()
+        healthy = con.execute("SELECT count(*) FROM receipts WHERE starts_with(id, ?)", [ref]).fetchone()
+        if damaged and not (healthy and healthy[0]):
+            rid, error = damaged[0]
+            raise DamagedReceipt(f"receipt {rid[:12]} is damaged ({error}); run `ledger verify {rid[:12]}`")
         rows = con.execute(
             "SELECT id, name, started_at FROM receipts WHERE starts_with(id, ?) ORDER BY started_at", [ref]
         ).fetchall()

@@ -12,14 +12,20 @@
     run.event("checkpoint_save_end", step=step, path=...)
 
 Each rank writes its own files under ``$LEDGER_RUN_DIR/rank-NNNNN/`` (no locks). Rows are buffered in
-memory and appended to Arrow IPC streams when the buffer is large, every ``flush_interval`` seconds (a
-daemon thread), and at exit: a crash loses at most about a second of metrics. The SDK never raises into
+memory and appended to Arrow IPC streams when a table's buffer is large, every ``flush_interval`` seconds
+(a daemon thread), and at exit: a crash loses at most about a second of metrics. The SDK never raises into
 the training loop because of I/O: a failed flush is written to ``sdk_errors.log`` and warned once.
+
+``log_step`` is called once per step of a training loop, so it does the least it can: it keeps the
+step, the time and the keyword dict as they are, and the flush turns a whole buffer into columns at once
+(pyarrow converts the dicts in C++; see ``bench/bench_sdk_ingest.py``).
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures.thread  # noqa: F401  (see _warm_up)
+import itertools
 import json
 import os
 import platform
@@ -40,11 +46,15 @@ from ledger.layout import (
     WORKLOAD_FILE,
     rank_dir,
 )
-from schemas.tables import EXTRA, TABLES
 from schemas.receipt import Workload
+from schemas.tables import EXTRA, TABLES
 
 _STEP_COLUMNS = tuple(f.name for f in TABLES["steps"] if f.name not in ("rank", "step", "time", "extra"))
-_STEP_KNOWN = frozenset(_STEP_COLUMNS)
+_STEP_GIVEN = tuple(TABLES["steps"].field(name) for name in ("time", *_STEP_COLUMNS))
+"""The keyword arguments of ``log_step`` that fill a column of their own (``time`` overrides the clock)."""
+_STEP_KNOWN = frozenset(f.name for f in _STEP_GIVEN)
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError)
+_now = time.time
 
 
 def _rank_from_env(env: Mapping[str, str]) -> int:
@@ -93,22 +103,33 @@ class NullRun:
 
 
 class _Table:
-    """Buffered rows of one metric table and its open IPC stream."""
+    """Buffered rows of one metric table and its open IPC stream.
+
+    ``rows`` is appended to without a lock (``list.append`` and ``list.extend`` are atomic) and only
+    :meth:`take` removes from it, always from the front, under the run's I/O lock: a row appended while a
+    flush runs stays in the buffer for the next one."""
 
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.schema = TABLES[name]
         self.path = path
-        self.rows: list[tuple[Any, ...]] = []
+        self.rows: list[Any] = []
         self.writer: pa.ipc.RecordBatchStreamWriter | None = None
         self.sink: Any = None
 
-    def to_batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-        columns = list(zip(*rows, strict=True))
-        arrays = [_array(col, f.type) for col, f in zip(columns, self.schema, strict=True)]
+    def take(self) -> list[Any]:
+        """Remove and return the buffered rows."""
+        rows = self.rows
+        n = len(rows)
+        taken = rows[:n]
+        del rows[:n]
+        return taken
+
+    def to_batch(self, rows: list[Any]) -> pa.RecordBatch:
+        arrays = [_array([row[i] for row in rows], f.type) for i, f in enumerate(self.schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def write(self, rows: list[tuple[Any, ...]]) -> None:
+    def write(self, rows: list[Any]) -> None:
         batch = self.to_batch(rows)
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +143,89 @@ class _Table:
             self.writer.close()
             self.sink.close()
             self.writer = None
+
+
+class _Steps(_Table):
+    """The steps table. Its buffer is flat, three items a row: step, clock time and the keyword dict of
+    ``log_step``. A row is then appended by one atomic ``extend`` and leaves no tuple behind: a tuple that
+    holds a dict stays tracked by the garbage collector, and 100,000 of them made its full collections
+    cost more than the rest of ``log_step``."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        super().__init__("steps", path)
+        self.rank = rank
+
+    def to_batch(self, rows: list[Any]) -> pa.RecordBatch:
+        steps, clock, given = rows[0::3], rows[1::3], rows[2::3]
+        n = len(given)
+        try:
+            fields = [f for f in _STEP_GIVEN if f.name in given[0]]
+            filled = _columns(given, fields)
+            if sum(map(len, given)) == sum(len(a) - a.null_count for a in filled.values()):
+                extra = pa.nulls(n, EXTRA)  # every key of every row filled a known column with a value
+            else:  # other metrics, None values, or rows with different keys
+                shapes = set(map(tuple, given))
+                present = set().union(*shapes)
+                wider = [f for f in _STEP_GIVEN if f.name in present]
+                if len(wider) != len(fields):
+                    filled = _columns(given, wider)
+                extra = _extra_column(given, shapes)
+        except _ARROW_ERRORS:  # e.g. torch scalars: coerce value by value
+            return super().to_batch(self._tuples(steps, clock, given))
+        given_time = filled.get("time")
+        if given_time is None or given_time.null_count == n:
+            times = pa.array(clock, type=pa.float64())
+        else:
+            times = _array([g or c for g, c in zip(given_time.to_pylist(), clock, strict=True)], pa.float64())
+        arrays = [
+            pa.repeat(pa.scalar(self.rank, pa.int32()), n),
+            _array(steps, pa.int64()),
+            times,
+            *[filled[f.name] if f.name in filled else pa.nulls(n, f.type) for f in _STEP_GIVEN[1:]],
+            extra,
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _tuples(self, steps: list[Any], clock: list[Any], given: list[dict[str, Any]]) -> list[Any]:
+        return [
+            (self.rank, step, metrics.get("time") or now, *[metrics.get(c) for c in _STEP_COLUMNS],
+             {k: v for k, v in metrics.items() if k not in _STEP_KNOWN} or None)
+            for step, now, metrics in zip(steps, clock, given, strict=True)
+        ]
+
+
+def _columns(given: list[dict[str, Any]], fields: list[pa.Field]) -> dict[str, pa.Array]:
+    """The known columns, by name, filled from the dicts in one C++ pass (pyarrow converts each field as
+    ``pa.array`` would, and raises the same errors). Only fields some row has: a key missing from a dict
+    costs pyarrow several times a present one."""
+    if not fields:
+        return {}
+    return dict(zip([f.name for f in fields], pa.array(given, type=pa.struct(fields)).flatten(), strict=True))
+
+
+def _extra_column(given: list[dict[str, Any]], shapes: set[tuple[str, ...]]) -> pa.Array:
+    """The ``extra`` MAP column: per row, its metrics without a column of their own, in the row's order."""
+    n = len(given)
+    other = {keys: [k for k in keys if k not in _STEP_KNOWN] for keys in shapes}
+    if not any(other.values()):
+        return pa.nulls(n, EXTRA)
+    if len(other) == 1:  # every row has the same keys, as a training loop logs them: build it whole
+        ((keys, names),) = other.items()
+        if len(names) == len(keys):
+            values = list(itertools.chain.from_iterable(map(dict.values, given)))
+        else:
+            values = [metrics[k] for metrics in given for k in names]
+        offsets = pa.array(list(range(0, n * len(names) + 1, len(names))), type=pa.int32())
+        return _map_array(offsets, _tile(pa.array(names, type=pa.string()), n), values, None)
+    return _extra_array([{k: v for k, v in m.items() if k not in _STEP_KNOWN} or None for m in given])
+
+
+def _tile(array: pa.Array, times: int) -> pa.Array:
+    """``array`` repeated ``times`` times, by doubling."""
+    out, count = array, 1
+    while count * 2 <= times:
+        out, count = pa.concat_arrays([out, out]), count * 2
+    return out if count == times else pa.concat_arrays([out, _tile(array, times - count)])
 
 
 def _array(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
@@ -149,24 +253,20 @@ def _scalar(value: Any, type_: pa.DataType) -> Any:
 
 
 def _extra_array(values: Sequence[Mapping[str, Any] | None]) -> pa.Array:
-    offsets = [0]
-    keys: list[str] = []
-    items: list[float | None] = []
-    validity = []
-    for row in values:
-        if row:
-            for k, v in row.items():
-                keys.append(k)
-                items.append(_float_or_none(v))
-            validity.append(True)
-        else:
-            validity.append(row is not None)
-        offsets.append(len(keys))
-    mask = pa.array([not v for v in validity], type=pa.bool_())
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
-        pa.array(items, type=pa.float64()), mask=mask,
-    )
+    offsets = pa.array(list(itertools.accumulate((len(row) if row else 0 for row in values), initial=0)),
+                       type=pa.int32())
+    keys = pa.array([k for row in values if row for k in row], type=pa.string())
+    nulls = [row is None for row in values]
+    mask = pa.array(nulls, type=pa.bool_()) if any(nulls) else None
+    return _map_array(offsets, keys, [v for row in values if row for v in row.values()], mask)
+
+
+def _map_array(offsets: pa.Array, keys: pa.Array, items: list[Any], mask: pa.Array | None) -> pa.Array:
+    try:
+        floats = pa.array(items, type=pa.float64())
+    except _ARROW_ERRORS:
+        floats = pa.array([_float_or_none(v) for v in items], type=pa.float64())
+    return pa.MapArray.from_arrays(offsets, keys, floats, mask=mask)
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -197,10 +297,12 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.flush_interval = flush_interval
         self.flush_rows = flush_rows
-        self._lock = threading.Lock()
         self._io_lock = threading.Lock()
-        self._tables = {name: _Table(name, self.dir / f"{name}{STREAM_SUFFIX}") for name in TABLES}
-        self._pending = 0
+        self._tables = {
+            name: _Steps(path, self.rank) if name == "steps" else _Table(name, path)
+            for name, path in ((name, self.dir / f"{name}{STREAM_SUFFIX}") for name in TABLES)
+        }
+        self._step_rows = self._tables["steps"].rows
         self._closed = False
         self._warned = False
         self._stop = threading.Event()
@@ -208,6 +310,7 @@ class Run:
         if background and flush_interval > 0:
             self._thread = threading.Thread(target=self._flush_loop, name="ledger-sdk-flush", daemon=True)
             self._thread.start()
+        _warm_up()
         atexit.register(self.close)
 
     # ------------------------------------------------------------------------------------ logging
@@ -215,9 +318,10 @@ class Run:
         """Record one optimizer step. Known names (``loss``, ``lr``, ``tokens``, ``grad_norm``,
         ``step_time_s``, ``tokens_per_s``, ``flops_per_s``, ``aux_loss``, ``z_loss``, ``loss_scale``,
         ``memory_bytes``, ``skipped``) fill their columns; any other numeric metric goes to ``extra``."""
-        now = metrics.pop("time", None) or time.time()
-        row = (self.rank, step, now, *[metrics.pop(c, None) for c in _STEP_COLUMNS], metrics or None)
-        self._append("steps", row)
+        rows = self._step_rows
+        rows.extend((step, _now(), metrics))  # split into columns at flush time (_Steps.to_batch)
+        if len(rows) >= 3 * self.flush_rows:
+            self.flush()
 
     def log_eval(
         self,
@@ -253,10 +357,10 @@ class Run:
             (self.rank, step, layer, e, n, d, capacity, ent)
             for e, (n, d) in enumerate(zip(counts, drops, strict=True))
         ]
-        with self._lock:
-            self._tables["routing"].rows.extend(rows)
-            self._pending += len(rows)
-        self._maybe_flush()
+        buffer = self._tables["routing"].rows
+        buffer.extend(rows)
+        if len(buffer) >= self.flush_rows:
+            self.flush()
 
     def log_timing(self, step: int, phase: str, seconds: float) -> None:
         """Record the time one phase of a step took."""
@@ -295,25 +399,18 @@ class Run:
 
     # ---------------------------------------------------------------------------------- flushing
     def _append(self, table: str, row: tuple[Any, ...]) -> None:
-        with self._lock:
-            self._tables[table].rows.append(row)
-            self._pending += 1
-        if self._pending >= self.flush_rows:
-            self.flush()
-
-    def _maybe_flush(self) -> None:
-        if self._pending >= self.flush_rows:
+        rows = self._tables[table].rows
+        rows.append(row)
+        if len(rows) >= self.flush_rows:
             self.flush()
 
     def flush(self) -> None:
         """Append every buffered row to this rank's files."""
         with self._io_lock:
-            with self._lock:
-                taken = [(t, t.rows) for t in self._tables.values() if t.rows]
-                for t, _ in taken:
-                    t.rows = []
-                self._pending = 0
-            for table, rows in taken:
+            for table in self._tables.values():
+                if not table.rows:
+                    continue
+                rows = table.take()
                 try:
                     table.write(rows)
                 except Exception as exc:  # never break the training loop over metrics
@@ -321,7 +418,7 @@ class Run:
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval):
-            if self._pending:
+            if any(table.rows for table in self._tables.values()):
                 self.flush()
 
     def _report_error(self, message: str) -> None:
@@ -347,6 +444,14 @@ class Run:
                 except Exception as exc:
                     self._report_error(f"{table.name}: {exc}")
             self._closed = True
+
+
+def _warm_up() -> None:
+    """Trigger pyarrow's lazy imports now. The last flush runs in an atexit handler, where importing a
+    module that registers its own exit hook (pyarrow's pandas shim imports concurrent.futures when pandas
+    is installed) raises "can't register atexit after shutdown" and would lose the last rows."""
+    pa.array([0.0], type=pa.float64())
+    pa.array([None], type=pa.int64())
 
 
 def _ints(values: Any) -> list[int]:

@@ -1,0 +1,31 @@
+"""Analyses: pure functions of receipts and their metric tables (DESIGN.md, "Analyses").
+
+This package is shared by several capabilities; importing it imports nothing (each module is imported
+where it is used). One module per concept.
+
+Goodput and quality gates:
+
+    goodput      goodput and badput buckets of a logical run (all attempts), and its timeline
+    km           Kaplan-Meier summaries of costs where some runs never reached a gate (censored)
+    gates        time, GPU-hours, energy and money to reach each quality gate
+
+Compare and attribution (``ledger compare``, ``ledger report``):
+
+    stats        rank tests (Mann-Whitney, Wilcoxon signed-rank), exact bootstrap of quantiles, bootstrap of
+                 means, pooled t-test, MAD outlier filter, spike detection
+    peaks        peak FLOP/s per device and precision (for MFU), and which peak was used
+    diff         the factor diff of two receipts; the task check
+    series       a run's metric tables as numpy columns (RunData), loaded from the index
+    matched      curves interpolated at common token counts or wall times
+    groups       the two sides of a comparison: a receipt, a ``--group TAG=VALUE``, replicate groups
+    metrics      metric providers (a registry) and the side-by-side statistics of each metric
+    attribution  the ablation graph, paths, Shapley shares, confounded factor sets
+    ablations    the missing ablation runs as ready-to-run commands
+    compare      ``compare()``: all of the above for two refs, as one ``Comparison``
+
+Any module of this package may contribute to ``compare`` without editing it: a module-level ``METRICS``
+(a list of :class:`ledger.analyses.metrics.MetricProvider`) adds rows to the side-by-side table, and a
+module-level ``HEADLINES`` (a list of :class:`ledger.analyses.attribution.Headline`) adds a headline
+metric that attribution splits over factors (e.g. time to a quality gate). See
+:func:`ledger.analyses.metrics.providers` and :func:`ledger.analyses.attribution.headlines`.
+"""

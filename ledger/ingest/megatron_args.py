@@ -1,0 +1,368 @@
+"""Megatron-LM arguments -> :class:`schemas.Workload`, from the three places they are written down.
+
+- the argument dump Megatron prints at start-up (``---- arguments ----`` ... ``---- end of arguments ----``,
+  one ``  name ........ value`` line each; fragments without the header are accepted);
+- the launch command (``torchrun ... pretrain_gpt.py --num-experts 8 ...``), including torchrun's own
+  ``--nproc-per-node`` / ``--nnodes`` for the world size;
+- Megatron-LM CI ``model_config.yaml`` files (``MODEL_ARGS:`` maps flag to value).
+
+All three become one dict of argparse destinations (``num_experts``, ``fp8``, ...) to Python values, and
+:func:`workload_from_args` maps that dict to the receipt. What the arguments do not say stays ``None``.
+One exception, stated here because it is a reading of Megatron's semantics rather than of the text: a
+*complete* launch command (one that names the training script) is read the way Megatron's argparse reads
+it, so a boolean flag it omits (``--moe-grouped-gemm``, ``--bf16``, ``--sequence-parallel``...) is off, and
+the parameter dtype follows ``--bf16``/``--fp16`` as in ``megatron/training/arguments.py``. Argument
+dumps and fragments only say what they print.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePath
+from typing import Any
+
+from schemas import (
+    Architecture,
+    Batch,
+    Data,
+    Kernels,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Router,
+    Task,
+    Workload,
+)
+
+ARG_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+\.{3,}\s?(.*?)\s*$")
+"""One line of Megatron's argument dump: ``  num_layers ...................... 24``."""
+
+ALIASES = {"fp8_format": "fp8"}
+"""Flags whose argparse destination differs from their name."""
+
+BOOLEAN_FLAGS = frozenset({
+    "bf16", "fp16", "moe_grouped_gemm", "sequence_parallel", "moe_router_enable_expert_bias",
+    "moe_pad_expert_input_to_capacity", "first_last_layers_bf16", "moe_shared_expert_overlap", "mock_data",
+    "moe_enable_deepep",
+})
+"""store_true flags read from a complete launch command: absent means off."""
+
+SCRIPTS = ("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py", "pretrain_retro.py",
+           "pretrain_vlm.py", "pretrain_ict.py")
+"""Megatron-LM training entry points."""
+
+TORCHRUN_NPROC = ("--nproc_per_node", "--nproc-per-node")
+TORCHRUN_NNODES = ("--nnodes",)
+
+
+def parse_value(text: str) -> Any:
+    """A value as Megatron prints it or a launch gives it: None/True/False, numbers, lists, else text."""
+    t = text.strip()
+    if t in ("None", "none", "null", "~"):
+        return None
+    if t in ("True", "true"):
+        return True
+    if t in ("False", "false"):
+        return False
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    if t[:1] in "[(" and t[-1:] in "])":
+        try:
+            value = ast.literal_eval(t)
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return t
+        return list(value) if isinstance(value, list | tuple) else t
+    return t
+
+
+def dest_of(flag: str) -> str:
+    """argparse destination of a ``--flag-name``."""
+    name = flag.lstrip("-").replace("-", "_")
+    return ALIASES.get(name, name)
+
+
+def args_from_dump_lines(lines: Iterable[str]) -> dict[str, Any]:
+    """The ``name ...... value`` lines of an argument dump (or a fragment of one)."""
+    out: dict[str, Any] = {}
+    for line in lines:
+        m = ARG_LINE.match(line)
+        if m:
+            out[m.group(1)] = parse_value(m.group(2))
+    return out
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str], str | None]:
+    """(launcher args, training-script args, script) of a launch command. The script is the first
+    ``*.py`` argument (``pretrain_gpt.py``); without one, everything is read as training flags."""
+    for i, token in enumerate(argv):
+        if token.endswith(".py") and not token.startswith("-"):
+            return list(argv[:i]), list(argv[i + 1:]), token
+    return [], list(argv), None
+
+
+def args_from_flags(tokens: Sequence[str]) -> dict[str, Any]:
+    """``--name value`` / ``--flag`` / ``--name v1 v2`` / ``--name=value`` -> {dest: value}."""
+    out: dict[str, Any] = {}
+    i = 0
+    n = len(tokens)
+    while i < n:
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--") or token == "--":
+            continue
+        if "=" in token:
+            flag, _, value = token.partition("=")
+            out[dest_of(flag)] = parse_value(value)
+            continue
+        values = []
+        while i < n and not tokens[i].startswith("--"):
+            values.append(tokens[i])
+            i += 1
+        if not values:
+            out[dest_of(token)] = True
+        elif len(values) == 1:
+            out[dest_of(token)] = parse_value(values[0])
+        else:
+            out[dest_of(token)] = [parse_value(v) for v in values]
+    return out
+
+
+def is_megatron_command(argv: Sequence[str]) -> bool:
+    """True when a command launches Megatron-LM (a pretrain_*.py script, or megatron in a path)."""
+    for token in argv:
+        base = PurePath(token).name
+        if base in SCRIPTS or ("megatron" in token.lower() and not token.startswith("-")):
+            return True
+    return False
+
+
+def args_from_command(argv: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    """Arguments of a launch command and whether the command is complete (names the script). torchrun's
+    ``--nproc-per-node`` x ``--nnodes`` gives ``world_size`` when both are numbers."""
+    launcher, script_args, script = split_command(argv)
+    args = args_from_flags(script_args)
+    if script is not None:
+        args["_script"] = PurePath(script).name
+        flags = args_from_flags(launcher)
+        nproc = next((flags[dest_of(f)] for f in TORCHRUN_NPROC if dest_of(f) in flags), None)
+        nnodes = flags.get("nnodes", 1 if nproc is not None else None)
+        if isinstance(nnodes, str) and re.fullmatch(r"\d+:\d+", nnodes):
+            lo, hi = nnodes.split(":")
+            nnodes = int(lo) if lo == hi else None
+        if isinstance(nproc, int) and isinstance(nnodes, int) and "world_size" not in args:
+            args["world_size"] = nproc * nnodes
+    return args, script is not None
+
+
+def args_from_text(text: str) -> dict[str, Any]:
+    """Arguments from a file a user points at (``--args-from``): an argument dump, a model_config.yaml
+    (``MODEL_ARGS:``), or a shell launch script / list of flags."""
+    lines = text.splitlines()
+    dump = args_from_dump_lines(lines)
+    if dump:
+        return dump
+    if re.search(r"^\s*MODEL_ARGS\s*:", text, re.M):
+        from ledger.ingest.yamlite import load
+
+        data = load(text)
+        model_args = data.get("MODEL_ARGS") or {}
+        return args_from_mapping(model_args if isinstance(model_args, dict) else {})
+    joined = re.sub(r"\\\r?\n", " ", text)
+    tokens: list[str] = []
+    for line in joined.splitlines():
+        try:
+            tokens.extend(shlex.split(line, comments=True))
+        except ValueError:
+            tokens.extend(line.split())
+    args, _ = args_from_command(tokens)
+    return args
+
+
+def args_from_mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``{--flag: value}`` as in a model_config.yaml: ``true`` means the flag is given, ``false`` absent."""
+    out: dict[str, Any] = {}
+    for flag, value in mapping.items():
+        if value is False:
+            continue
+        if isinstance(value, str):
+            parts = value.split()
+            value = parse_value(value) if len(parts) <= 1 else [parse_value(p) for p in parts]
+        out[dest_of(str(flag))] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------- workload
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    if isinstance(v, list) and len(v) == 1:
+        return _int(v[0])
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float) and math.isfinite(float(v)):
+        return float(v)
+    if isinstance(v, list) and len(v) == 1:
+        return _float(v[0])
+    return None
+
+
+def _str(v: Any) -> str | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, list):
+        return " ".join(str(x) for x in v) if v else None
+    return str(v)
+
+
+def _bool(args: Mapping[str, Any], name: str, complete: bool) -> bool | None:
+    v = args.get(name)
+    if isinstance(v, bool):
+        return v
+    if v is None and complete and name in BOOLEAN_FLAGS:
+        return False
+    return None
+
+
+def _dtype(v: Any) -> str | None:
+    text = _str(v)
+    if text is None:
+        return None
+    return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.half": "fp16", "torch.float32": "fp32",
+            "torch.float": "fp32"}.get(text, text)
+
+
+def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workload:
+    """The workload Megatron arguments describe (see the module docstring for ``complete``)."""
+    g = args.get
+    num_experts = _int(g("num_experts"))
+    layers = _int(g("num_layers"))
+    ffn = _int(g("ffn_hidden_size"))
+    expert_hidden = _int(g("moe_ffn_hidden_size"))
+    freq = _int(g("moe_layer_freq"))
+    moe_layers = None
+    if num_experts and layers and freq:
+        moe_layers = sum(1 for i in range(layers) if i % freq == 0)
+    model = Architecture(
+        layers=layers,
+        hidden=_int(g("hidden_size")),
+        heads=_int(g("num_attention_heads")),
+        ffn_hidden=ffn,
+        num_experts=num_experts,
+        top_k=_int(g("moe_router_topk")),
+        expert_hidden=expert_hidden,
+        granularity=(ffn / expert_hidden) if ffn and expert_hidden else None,
+        shared_expert_hidden=_int(g("moe_shared_expert_intermediate_size")),
+        moe_layer_freq=freq if num_experts else None,
+        moe_layers=moe_layers,
+    )
+    capacity = _float(g("moe_expert_capacity_factor"))
+    router = Router(
+        score_function=_str(g("moe_router_score_function")),
+        load_balancing=_str(g("moe_router_load_balancing_type")),
+        aux_loss_coeff=_float(g("moe_aux_loss_coeff")),
+        z_loss_coeff=_float(g("moe_z_loss_coeff")),
+        expert_bias=_bool(args, "moe_router_enable_expert_bias", complete and bool(num_experts)),
+        capacity_factor=capacity,
+        drop_policy=_str(g("moe_token_drop_policy")) if capacity is not None else None,
+        pad_to_capacity=_bool(args, "moe_pad_expert_input_to_capacity", complete and capacity is not None),
+    )
+    dispatcher = _str(g("moe_token_dispatcher_type"))
+    backend = _str(g("moe_flex_dispatcher_backend")) or ("deepep" if g("moe_enable_deepep") is True else None)
+    if dispatcher == "flex" and backend:
+        dispatcher = f"flex:{backend}"
+    kernels = Kernels(
+        grouped_gemm=_bool(args, "moe_grouped_gemm", complete and bool(num_experts)),
+        dispatcher=dispatcher,
+        attention=_str(g("attention_backend")),
+    )
+    tp, pp, cp = _int(g("tensor_model_parallel_size")), _int(g("pipeline_model_parallel_size")), \
+        _int(g("context_parallel_size"))
+    world = _int(g("world_size"))
+    dp = _int(g("data_parallel_size"))
+    if dp is None and world and complete:
+        denominator = (tp or 1) * (pp or 1) * (cp or 1)
+        dp = world // denominator if world % denominator == 0 else None
+    parallelism = Parallelism(tp=tp, pp=pp, cp=cp, ep=_int(g("expert_model_parallel_size")),
+                              etp=_int(g("expert_tensor_parallel_size")), dp=dp, world_size=world)
+    precision = _precision(args, complete)
+    seq = _int(g("seq_length"))
+    gbs = _int(g("global_batch_size"))
+    batch = Batch(global_batch=gbs, micro_batch=_int(g("micro_batch_size")),
+                  tokens_per_step=gbs * seq if gbs and seq else None, steps=_int(g("train_iters")))
+    paths = g("data_path")
+    path_list = tuple(str(p) for p in (paths if isinstance(paths, list) else [paths])) if paths else ()
+    mock = g("mock_data") is True
+    data = Data(sequence_length=seq, paths=path_list, generator={"kind": "megatron-mock-data"} if mock else {})
+    script = g("_script")
+    task = Task(
+        dataset=" ".join(path_list) if path_list else ("megatron-mock-data" if mock else None),
+        tokenizer=_str(g("tokenizer_model")) or _str(g("tokenizer_type")),
+        vocab_size=_int(g("vocab_size")),
+        objective="causal-lm" if script == "pretrain_gpt.py" else None,
+    )
+    warmup = _int(g("lr_warmup_iters"))
+    optimizer = Optimizer(name=_str(g("optimizer")), lr=_float(g("lr")),
+                          warmup_steps=warmup if warmup else None,
+                          schedule=_str(g("lr_decay_style")), weight_decay=_float(g("weight_decay")),
+                          grad_clip=_float(g("clip_grad")))
+    return Workload(task=task, data=data, model=model, router=router, kernels=kernels, parallelism=parallelism,
+                    precision=precision, batch=batch, optimizer=optimizer, seed=_int(g("seed")))
+
+
+def _precision(args: Mapping[str, Any], complete: bool) -> Precision:
+    g = args.get
+    bf16, fp16 = _bool(args, "bf16", complete), _bool(args, "fp16", complete)
+    fp8 = _str(g("fp8"))
+    recipe = _str(g("fp8_recipe")) if fp8 else None
+    params = _dtype(g("params_dtype"))
+    if params is None and complete:
+        params = "fp16" if fp16 else "bf16" if bf16 else "fp32"
+    if fp8:
+        compute: str | None = "mxfp8" if recipe == "mxfp8" else "fp8"
+    elif bf16:
+        compute = "bf16"
+    elif fp16:
+        compute = "fp16"
+    elif complete or bf16 is False:
+        compute = "fp32"
+    else:
+        compute = None
+    layers: tuple[str, ...] = ()
+    if fp8 and g("first_last_layers_bf16") is True:
+        start, end = _int(g("num_layers_at_start_in_bf16")), _int(g("num_layers_at_end_in_bf16"))
+        layers = (f"first:{start}" if start else "first", f"last:{end}" if end else "last")
+    return Precision(params=params, compute=compute, fp8_format=fp8, fp8_recipe=recipe,
+                     fp8_backend="transformer_engine" if fp8 else None, bf16_layers=layers)
+
+
+def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
+    """Later sources win where they say something (an argument dump after the launch flags: the dump is
+    what Megatron actually ran with, after its own validation)."""
+    out: dict[str, Any] = {}
+    for source in sources:
+        out.update({k: v for k, v in source.items() if v is not None or k not in out})
+    return out
+
+
+__all__ = [
+    "ARG_LINE", "args_from_command", "args_from_dump_lines", "args_from_flags", "args_from_mapping",
+    "args_from_text", "is_megatron_command", "merge_args", "parse_value", "split_command", "workload_from_args",
+]

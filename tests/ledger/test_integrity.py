@@ -1,0 +1,112 @@
+"""Corruption and tamper evidence: `ledger verify` names the damaged file of the damaged receipt, commands
+that need it refuse, the rest of the ledger keeps working; `ledger attest` emits a checkable in-toto
+Statement."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import ids_in
+
+from conftest import BIN, child_env
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three real receipts, recorded once for the module; each test damages its own copy."""
+    root = tmp_path_factory.mktemp("template")
+    script = root / "train.py"
+    script.write_text("import ledger.sdk\nrun = ledger.sdk.current()\n"
+                      "for s in range(1, 6):\n    run.log_step(s, loss=1.0 / s, tokens=s * 10)\n"
+                      "    run.log_routing(s, 0, [4, 6])\nrun.log_eval(5, 0.5)\n")
+    for name in ("a", "b", "c"):
+        subprocess.run([str(BIN / "ledger"), "record", "--name", name, "--telemetry-interval", "0", "--",
+                        "python", str(script)], env=child_env(LEDGER_DIR=str(root / "receipts")), check=True,
+                       capture_output=True)
+    return root / "receipts"
+
+
+@pytest.fixture
+def ledger3(template: Path, ledger_dir: Path, ledger_cli) -> list[str]:
+    shutil.copytree(template, ledger_dir)
+    return [r["id"] for r in json.loads(ledger_cli("ls", "--json").stdout)]
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _garbage(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 16] = b"\xde\xad\xbe\xef" * 4
+    path.write_bytes(bytes(data))
+
+
+def _edit_value(path: Path) -> None:
+    data = json.loads(path.read_text())
+    data["summary"]["final_loss"] = 0.001  # a better number, still a valid receipt
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+DAMAGE = {
+    "truncated parquet": ("steps.parquet", _truncate, "size"),
+    "garbage parquet": ("routing.parquet", _garbage, "sha256 does not match"),
+    "edited receipt": ("receipt.json", _edit_value, "edited after publishing"),
+    "missing file": ("evals.parquet", lambda p: p.unlink(), "missing"),
+    "added file": ("extra.bin", lambda p: p.write_bytes(b"x"), "not listed"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_damage_is_named_and_contained(kind: str, ledger3, ledger_cli, ledger_dir) -> None:
+    victim, healthy = ledger3[1], [ledger3[0], ledger3[2]]
+    filename, damage, message = DAMAGE[kind]
+    damage(ledger_dir / victim / filename)
+    out = ledger_cli("verify")
+    assert out.returncode == 1
+    assert f"{victim[:12]} {filename}: " in out.stdout and message in out.stdout
+    assert "3 receipt(s) checked, 1 damaged" in out.stdout
+    assert ledger_cli("verify", healthy[0]).returncode == 0
+    one = ledger_cli("verify", victim[:10])
+    assert one.returncode == 1 and filename in one.stdout
+    refused = ledger_cli("show", victim)
+    assert refused.returncode != 0 and refused.stderr.startswith("Error: ") and "damaged" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    # the rest of the ledger keeps working, from a rebuilt index too
+    assert ledger_cli("reindex").returncode == 0
+    for rid in healthy:
+        assert ledger_cli("show", rid).returncode == 0
+    rows = json.loads(ledger_cli("query", "--json", "SELECT DISTINCT receipt_id FROM steps ORDER BY 1").stdout)
+    assert [r["receipt_id"] for r in rows] == sorted(healthy)
+
+
+def test_attestation_is_checkable_with_standard_tools(ledger3, ledger_cli, ledger_dir, tmp_path) -> None:
+    rid = ledger3[0]
+    out = ledger_cli("attest", rid[:8], "-o", str(tmp_path / "s.json"))
+    assert out.returncode == 0, out.stderr
+    stmt = json.loads((tmp_path / "s.json").read_text())
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1" and stmt["predicateType"]
+    assert stmt["predicate"]["receipt_id"] == rid and "workload" in stmt["predicate"]
+    names = {s["name"] for s in stmt["subject"]}
+    assert f"{rid}/receipt.json" in names and f"{rid}/steps.parquet" in names
+    # every subject digest checks out with coreutils' sha256sum, run from the ledger directory
+    sums = "".join(f"{s['digest']['sha256']}  {s['name']}\n" for s in stmt["subject"])
+    check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # after tampering, the statement no longer verifies and attest refuses
+    _edit_value(ledger_dir / rid / "receipt.json")
+    check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
+    assert check.returncode != 0
+    refused = ledger_cli("attest", rid)
+    assert refused.returncode == 1 and "cannot attest a damaged receipt" in refused.stderr
+
+
+def test_verify_of_a_clean_ledger(ledger3, ledger_cli, ledger_dir) -> None:
+    out = ledger_cli("verify", "--json")
+    assert out.returncode == 0
+    assert json.loads(out.stdout) == {"checked": 3, "findings": []}
+    assert len(ids_in(ledger_dir)) == 3
