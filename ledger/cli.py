@@ -188,20 +188,25 @@ def reindex(ctx: click.Context, ledger_path: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--from", "staging", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Publish runs staged in DIR (where a wrapper staged them when the ledger was not writable).")
 @ledger_option
 @click.pass_context
-def recover(ctx: click.Context, ledger_path: Path | None) -> None:
-    """Publish runs whose wrapper died (status: interrupted); leaves live runs alone.
+def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) -> None:
+    """Publish runs whose wrapper died or could not publish; leaves live runs alone.
+
+    A run whose wrapper saw the child exit gets the child's status; otherwise it is `interrupted`.
 
     Example:
 
         ledger recover
+        ledger recover --from /tmp/ledger-staging --ledger /shared/receipts
     """
     from ledger import index
     from ledger.recover import recover as do_recover
 
     ledger = ledger_from(ctx, ledger_path)
-    results = do_recover(ledger)
+    results = do_recover(ledger, staging)
     for r in results:
         click.echo(f"{r.run_uuid[:12]}: {r.action}" + (f" as {r.receipt_id}" if r.receipt_id else "")
                    + (f" ({r.detail})" if r.detail else ""))

@@ -9,12 +9,14 @@ its own node's telemetry, and on exit — success, failure, signal, child killed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,7 +27,7 @@ from subprocess import PIPE, Popen
 from typing import IO, Any
 
 from ledger import __version__
-from ledger.errors import BadInput, LedgerError
+from ledger.errors import BadInput, LedgerError, LedgerNotWritable
 from ledger.faults import fault
 from ledger.index import try_sync
 from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE, WRAPPER_RANK_DIR
@@ -34,6 +36,9 @@ from ledger.store import Ledger
 from schemas import Receipt
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_NOT_RECORDED = 75
+"""Exit status of `ledger record` when the launch succeeded but its receipt could not be published
+(EX_TEMPFAIL: retry with `ledger recover`). A failed launch keeps its own exit status."""
 EXIT_FILE = "exit.json"
 """Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
 a run whose wrapper died afterwards its true status."""
@@ -112,6 +117,7 @@ class _Tee:
         self.outputs = outputs
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        self.error: str | None = None
 
     def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
         for stream, out in zip(streams, self.outputs, strict=True):
@@ -142,13 +148,21 @@ class _Tee:
     def _write(self, data: bytes) -> None:
         text = "".join(self.redact(line) for line in data.decode("utf-8", "replace").splitlines(keepends=True))
         with self.lock:
-            self.log.write(text)
-            self.log.flush()
+            if self.error is not None:
+                return
+            try:
+                self.log.write(text)
+                self.log.flush()
+            except OSError as exc:  # a full disk must never stall the child's output
+                self.error = f"output.log: writing stopped: {exc.strerror or exc}"
 
     def join(self) -> None:
         for t in self.threads:
             t.join()
-        self.log.close()
+        try:
+            self.log.close()
+        except OSError as exc:
+            self.error = self.error or f"output.log: {exc.strerror or exc}"
 
 
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
@@ -159,11 +173,12 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
     if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
         raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
-    ledger.ensure_writable()
     env = dict(os.environ)
     redactor = Redactor(env, opts.env_names)
     run_uuid = uuid.uuid4().hex
-    run_dir = ledger.staging / run_uuid
+    err = opts.stderr or sys.stderr.buffer
+    staging = _staging_root(ledger, err)
+    run_dir = staging / run_uuid
     run_dir.mkdir(parents=True)
     lock_fd = acquire_staging_lock(run_dir)
     facts: dict[str, Any] = {
@@ -181,6 +196,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         "ledger_version": __version__,
     }
     write_wrapper_facts(run_dir, facts)
+    _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
 
     capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
     capture.start()
@@ -201,7 +217,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
             pass
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    outputs = (opts.stdout or sys.stdout.buffer, opts.stderr or sys.stderr.buffer)
+    outputs = (opts.stdout or sys.stdout.buffer, err)
     tee = _Tee(run_dir / LOG_FILE, redactor.text, outputs)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
@@ -213,33 +229,65 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         for s, handler in previous.items():
             signal.signal(s, handler)
     ended = datetime.now(UTC)
-    write_json_atomic(run_dir / EXIT_FILE,
-                      {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
+    with contextlib.suppress(OSError):  # in place, into the space reserved at launch: works on a full disk
+        _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
     fault("finalizing")
     if sampler is not None:
         sampler.stop()
-        if sampler.errors:  # published as a problem of the receipt, like any rank's SDK errors
+    notes = [f"telemetry: {e}" for e in (sampler.errors[:20] if sampler is not None else [])]
+    notes += [tee.error] if tee.error else []
+    if notes:  # published as problems of the receipt, like any rank's SDK errors
+        with contextlib.suppress(OSError):
             (run_dir / WRAPPER_RANK_DIR).mkdir(exist_ok=True)
             with open(run_dir / WRAPPER_RANK_DIR / "sdk_errors.log", "a") as f:
-                f.write("".join(f"telemetry: {e}\n" for e in sampler.errors[:20]))
+                f.write("".join(n + "\n" for n in notes))
     capture.join(timeout=60)
 
     outcome = outcome_of(returncode, forwarded, ended)
     exit_code, status = outcome.exit_code or 0, outcome.status
-    err = outputs[1]
     try:
-        fault("publishing")
         receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True)
     except (LedgerError, OSError) as exc:
         os.close(lock_fd)
+        source = "" if staging == ledger.staging else f" --from {staging}"
         _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
-                  "publish it with `ledger recover` once the problem is fixed")
-        return RecordResult(None, exit_code or 1, run_dir)
+                  f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
+        return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
     os.close(lock_fd)
     fault("indexing")
     try_sync(ledger)
     _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)
+
+
+EXIT_RESERVE = 512
+
+
+def _fill(path: Path, data: dict[str, Any]) -> None:
+    """Write a small JSON document into a file of fixed size, overwriting in place: once the file
+    exists, no new disk blocks are needed, so the child's outcome can be kept when the disk is full."""
+    text = json.dumps(data, sort_keys=True).encode()
+    if len(text) > EXIT_RESERVE:
+        raise ValueError("outcome larger than its reserved space")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, text.ljust(EXIT_RESERVE), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
+    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a
+    directory under $TMPDIR, so that the training still runs and its data can be published later."""
+    try:
+        ledger.ensure_writable()
+        return ledger.staging
+    except LedgerNotWritable as exc:
+        fallback = Path(tempfile.gettempdir()) / "ledger-staging"
+        fallback.mkdir(parents=True, exist_ok=True)
+        _say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
+        return fallback
 
 
 def _say(stream: IO[bytes], text: str) -> None:
@@ -259,9 +307,8 @@ def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redacto
         data = stack.model_dump(mode="json")
     except Exception as exc:  # capture never fails the run
         data = {"hardware": {"error": f"stack capture failed: {type(exc).__name__}: {exc}"}}
-    tmp = run_dir / (STACK_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, run_dir / STACK_FILE)
+    with contextlib.suppress(OSError):  # a full disk: the receipt will say the stack was not captured
+        write_json_atomic(run_dir / STACK_FILE, data)
 
 
 def _start_sampler(run_dir: Path, interval: float) -> Any:

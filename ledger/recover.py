@@ -41,11 +41,15 @@ def _last_sign_of_life(run_dir: Path) -> datetime:
     return datetime.fromtimestamp(latest, UTC)
 
 
-def recover(ledger: Ledger) -> list[Recovered]:
-    """Publish every abandoned run of the ledger; report what was done with each staging directory."""
+def recover(ledger: Ledger, staging: Path | None = None) -> list[Recovered]:
+    """Publish every abandoned run of the ledger (or of another staging directory, e.g. the fallback a
+    wrapper used when the ledger was not writable); report what was done with each run."""
     results: list[Recovered] = []
-    if ledger.staging.is_dir():
-        for run_dir in sorted(p for p in ledger.staging.iterdir() if p.is_dir()):
+    root = staging or ledger.staging
+    if staging is not None:
+        ledger.ensure_writable()
+    if root.is_dir():
+        for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             results.append(_recover_one(ledger, run_dir))
     _remove_stale_tmp(ledger)
     return results

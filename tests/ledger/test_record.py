@@ -146,14 +146,25 @@ def test_nothing_after_dashes_is_bad_input(ledger_cli, ledger_dir) -> None:
     assert ids_in(ledger_dir) == []
 
 
-def test_unwritable_ledger_is_refused_before_launch(ledger_cli, tmp_path, workload) -> None:
+def test_unwritable_ledger_still_trains_and_publishes_later(ledger_cli, tmp_path, workload) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     marker = tmp_path / "ran"
-    script = workload(f"open({str(marker)!r}, 'w').close()\n")
-    proc = ledger_cli("record", "--ledger", str(blocker / "receipts"), "--", "python", str(script))
-    assert proc.returncode == 2 and "is not writable" in proc.stderr and "--ledger" in proc.stderr
-    assert not marker.exists()
+    script = workload(f"open({str(marker)!r}, 'w').close()\n", steps=3)
+    bad = blocker / "receipts"
+    proc = ledger_cli("record", "--ledger", str(bad), "--", "python", str(script), env={"TMPDIR": str(tmp_path)})
+    assert marker.exists()  # the training ran
+    assert proc.returncode == 75, proc.stderr  # ... but its receipt is not published yet
+    assert f"ledger directory {bad} is not writable" in proc.stderr
+    fallback = tmp_path / "ledger-staging"
+    assert f"recover --from {fallback} --ledger" in proc.stderr
+    good = tmp_path / "good"
+    out = ledger_cli("recover", "--from", str(fallback), "--ledger", str(good))
+    assert out.returncode == 0 and "published" in out.stdout, out.stderr
+    (rid,) = ids_in(good)
+    r = load_receipt(good, rid)
+    assert r["status"] == "succeeded" and r["summary"]["steps"] == 3
+    assert list(fallback.iterdir()) == []
 
 
 def test_attempts_link_to_the_first_attempt(ledger_cli, ledger_dir, workload) -> None:
