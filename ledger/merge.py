@@ -161,6 +161,9 @@ def _coerce_value(field: pa.Field, value: Any) -> Any:
     if pa.types.is_integer(t):
         if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
             raise ValueError(f"field {field.name!r} must be an integer, got {value!r}")
+        bound = 1 << (t.bit_width - 1)
+        if not -bound <= int(value) < bound:
+            raise ValueError(f"field {field.name!r}: {value!r} is out of range for {t}")
         return int(value)
     if pa.types.is_floating(t):
         if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf", "+inf"):
