@@ -32,7 +32,11 @@ def test_planted_secrets_are_never_stored(ledger_cli, ledger_dir, workload, tmp_
     argv_token = "tok-" + secrets.token_urlsafe(16)
     url_pass = "up-" + secrets.token_urlsafe(10)
     git_token = "ghp_" + secrets.token_hex(18)
-    planted = [hf, wandb, password, aws, argv_token, url_pass, git_token]
+    config_key = "ck-" + secrets.token_urlsafe(14)
+    data_pass = "dp-" + secrets.token_urlsafe(10)
+    planted = [hf, wandb, password, aws, argv_token, url_pass, git_token, config_key, data_pass]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model: moe\napi_key: {config_key}\ndata: https://loader:{data_pass}@data.example/shards\n")
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -46,6 +50,9 @@ print("env token", os.environ["HF_TOKEN"], os.environ["WANDB_API_KEY"], flush=Tr
 print("argv", sys.argv[1:], flush=True)
 print("WANDB_API_KEY={wandb}", file=sys.stderr, flush=True)
 run.event("login", token=os.environ["MY_SERVICE_PASSWORD"])
+config = open({str(config)!r}).read()
+print(config, flush=True)
+run.set_workload({{"data": {{"paths": [config.splitlines()[2].split(": ", 1)[1]]}}}})
 """,
         steps=3,
     )
@@ -68,3 +75,4 @@ run.event("login", token=os.environ["MY_SERVICE_PASSWORD"])
     assert r["stack"]["code"]["remote"] == "https://github.com/acme/train.git"
     assert "<redacted>" in " ".join(r["command"])
     assert "<redacted>" in (ledger_dir / r["id"] / "output.log").read_text()
+    assert r["workload"]["data"]["paths"] == ["https://<redacted>@data.example/shards"]
