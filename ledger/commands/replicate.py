@@ -1,0 +1,63 @@
+"""`ledger rerun`: replay a receipt (optionally at another scale) and say whether it reproduced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ledger.clikit import ledger_from, ledger_option
+
+
+@click.command()
+@click.argument("ref")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a runner config key.")
+@click.option("--scale", "scales", multiple=True, metavar="DIM=V|DIM=xK",
+              help="Replay at another scale: layers, width, experts, ranks, batch or steps.")
+@click.option("--name", help="Name of the new receipt (default: the original's name + '-rerun').")
+@ledger_option
+@click.pass_context
+def rerun(ctx: click.Context, ref: str, sets: tuple[str, ...], scales: tuple[str, ...], name: str | None,
+          ledger_path: Path | None) -> None:
+    """Replay a receipt under `ledger record` (linked with replicates: REF) and say whether it reproduced.
+
+    Warns about stack drift (commit, packages, drivers, hardware). An unchanged replay of a CPU runner
+    receipt must give a bit-identical loss curve; otherwise the final loss must fall within the original's
+    late-training spread. Exits 1 when it did not reproduce. With --set or --scale the rerun is a new
+    experiment: it is recorded and linked, and `ledger compare` judges it.
+
+    Example:
+
+        ledger rerun baseline
+        ledger rerun baseline --scale layers=x2 --set steps=100
+    """
+    from ledger import reading
+    from ledger.integrity import check_intact
+    from ledger.record import RecordOptions, record
+    from ledger.rerun import current_stack, is_deterministic, load_steps, loss_verdict, rebuild_command, stack_drift
+    from ledger.scale import parse_scale
+
+    ledger = ledger_from(ctx, ledger_path)
+    original = check_intact(ledger, reading.resolve_ref(ledger, ref))
+    command = rebuild_command(original, sets, [parse_scale(s) for s in scales])
+    drift = stack_drift(original.stack, current_stack(command))
+    for line in drift.lines():
+        click.echo(f"ledger: warning: stack drift since {original.id[:12]}: {line}", err=True)
+    opts = RecordOptions(command=command, name=name or f"{original.name or original.id[:12]}-rerun",
+                         tags=dict(original.tags) | {"rerun_of": original.id[:12]}, replicates=original.id)
+    result = record(ledger, opts)
+    if result.receipt is None or result.exit_code:
+        ctx.exit(result.exit_code)
+    if sets or scales:
+        click.echo(f"ledger: rerun with changes recorded as {result.receipt.id[:12]}; "
+                   f"compare: ledger compare {original.id[:12]} {result.receipt.id[:12]}", err=True)
+        return
+    verdict = loss_verdict(load_steps(ledger, original), load_steps(ledger, result.receipt),
+                           is_deterministic(original, drift))
+    click.echo(f"{'reproduced' if verdict.reproduced else 'NOT reproduced'}: {verdict.how}")
+    if not verdict.reproduced:
+        ctx.exit(1)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(rerun)
