@@ -10,9 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ids_in
-
 from conftest import BIN, child_env
+from helpers import ids_in
 
 
 @pytest.fixture(scope="module")
