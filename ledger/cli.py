@@ -61,6 +61,8 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--env", "env_names", multiple=True, metavar="NAME", help="Also store this environment variable.")
 @click.option("--telemetry-interval", type=float, default=1.0, show_default=True,
               help="Seconds between telemetry samples of this node (0: off).")
+@click.option("--id-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the new receipt's id to this file (for pipelines).")
 @ledger_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -73,6 +75,7 @@ def record(
     replicates: str | None,
     env_names: tuple[str, ...],
     telemetry_interval: float,
+    id_file: Path | None,
     ledger_path: Path | None,
     command: tuple[str, ...],
 ) -> None:
@@ -99,6 +102,9 @@ def record(
         **links,
     )
     result = run_record(ledger, opts)
+    if id_file is not None and result.receipt is not None:
+        id_file.parent.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(result.receipt.id + "\n")
     ctx.exit(result.exit_code)
 
 

@@ -59,5 +59,44 @@ def rerun(ctx: click.Context, ref: str, sets: tuple[str, ...], scales: tuple[str
         ctx.exit(1)
 
 
+
+
+@click.command()
+@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
+@ledger_option
+@click.pass_context
+def push(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
+    """Share the ledger: `dvc add` it (index and runs in progress excluded) and `dvc push` it to a remote.
+
+    Example:
+
+        dvc remote add -d team s3://bucket/ledger && ledger push
+    """
+    from ledger.share import push as do_push
+
+    click.echo(do_push(ledger_from(ctx, ledger_path), remote).message)
+
+
+@click.command()
+@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
+@ledger_option
+@click.pass_context
+def pull(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
+    """Fetch a shared ledger with `dvc pull` (needs the committed <ledger>.dvc pointer) and index it.
+
+    Example:
+
+        git pull && ledger pull && ledger verify
+    """
+    from ledger import index
+    from ledger.share import pull as do_pull
+
+    ledger = ledger_from(ctx, ledger_path)
+    result = do_pull(ledger, remote)
+    index.reindex(ledger)
+    click.echo(result.message)
+
+
 def register(cli: click.Group) -> None:
-    cli.add_command(rerun)
+    for command in (rerun, push, pull):
+        cli.add_command(command)
