@@ -78,7 +78,12 @@ def test_sigterm_to_the_wrapper_is_forwarded(ledger_dir, workload, tmp_path) -> 
     while not (tmp_path / "started").exists():
         assert time.monotonic() < deadline and wrapper.poll() is None
         time.sleep(0.05)
-    time.sleep(1.2)  # let the SDK flush
+    streams = list((ledger_dir / ".staging").glob("*/rank-00000/steps.arrows"))
+    while not streams or streams[0].stat().st_size == 0:  # the SDK flushes within about a second
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        streams = list((ledger_dir / ".staging").glob("*/rank-00000/steps.arrows"))
+    time.sleep(0.2)
     wrapper.send_signal(signal.SIGTERM)
     wrapper.communicate(timeout=30)
     assert wrapper.returncode == 128 + 15

@@ -1,0 +1,129 @@
+"""(a) Wrapper overhead: what `ledger record -- python -c pass` adds to a launch, side by side with what
+MLflow's ``mlflow.start_run(); mlflow.end_run()`` adds (local sqlite tracking backend).
+
+Each figure is a median wall time minus the median of a bare ``python -c pass``, all three measured N
+times interleaved (the order rotates every round) in one run. Both sides get the same treatment:
+- ours: a fresh temporary ledger directory ($LEDGER_DIR); the launch runs in a small temporary git
+  repository, so the wrapper's stack capture does the work it does in a real training repository;
+- MLflow: ``MLFLOW_TRACKING_URI=sqlite:///<tmp>/mlflow.db``, same working directory.
+The first call of each (MLflow creates and migrates its database, ours creates the ledger and its
+index) is timed separately, reported, and not counted in the medians.
+
+Target: our overhead <= 0.25 x MLflow's; ratio = ours / MLflow (lower is better).
+
+    .venv/bin/python bench/bench_record_overhead.py [-n 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 0.25
+MLFLOW_CODE = "import mlflow; mlflow.start_run(); mlflow.end_run()"
+
+
+def ledger_command() -> list[str]:
+    script = Path(sys.executable).with_name("ledger")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("ledger")
+    if found:
+        return [found]
+    return [sys.executable, "-m", "ledger.cli"]
+
+
+def make_repo(path: Path) -> str:
+    """A one-commit git repository to launch from (plain directory when git is missing)."""
+    path.mkdir()
+    (path / "train.py").write_text("print('train')\n")
+    if shutil.which("git") is None:
+        return "plain directory (git not found)"
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid",
+           "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=path, check=True)
+    subprocess.run([*git, "add", "."], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=path, check=True)
+    return "a one-commit git repository"
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        err = out.stderr.decode(errors="replace")[-3000:]
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{err}")
+    return elapsed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=7, help="repetitions of each command (interleaved)")
+    args = p.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-record-") as tmp:
+        root = Path(tmp)
+        cwd = root / "repo"
+        where = make_repo(cwd)
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_", "MLFLOW_"))}
+        cmds = {
+            "python -c pass": ([sys.executable, "-c", "pass"], base_env),
+            "ledger record -- python -c pass": (
+                [*ledger_command(), "record", "--", sys.executable, "-c", "pass"],
+                base_env | {"LEDGER_DIR": str(root / "receipts")},
+            ),
+            "mlflow start_run/end_run": (
+                [sys.executable, "-c", MLFLOW_CODE],
+                base_env | {"MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"},
+            ),
+        }
+        names = list(cmds)
+        first = {name: timed(*cmds[name], cwd) for name in names[1:]}  # one-time setup, not counted
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(args.n):
+            for name in names[i % 3:] + names[:i % 3]:
+                times[name].append(timed(*cmds[name], cwd))
+        receipts = len([d for d in (root / "receipts").iterdir() if len(d.name) == 64])
+
+    med = {name: statistics.median(t) for name, t in times.items()}
+    base = med["python -c pass"]
+    ours = med["ledger record -- python -c pass"] - base
+    theirs = med["mlflow start_run/end_run"] - base
+    ratio = ours / theirs
+    print(f"Wrapper overhead, {args.n} interleaved runs each, medians; python {sys.version.split()[0]}; "
+          f"launched from {where}")
+    print(f"{'command':<34} {'median ms':>10} {'min ms':>8} {'max ms':>8} {'overhead ms':>12} "
+          f"{'first run ms':>13}")
+    for name in names:
+        t = times[name]
+        over = f"{(med[name] - base) * 1e3:12.1f}" if name != names[0] else f"{'':>12}"
+        fr = f"{first[name] * 1e3:13.1f}" if name in first else f"{'':>13}"
+        print(f"{name:<34} {med[name] * 1e3:10.1f} {min(t) * 1e3:8.1f} {max(t) * 1e3:8.1f} {over} {fr}")
+    first_mlflow, first_ours = first["mlflow start_run/end_run"], first["ledger record -- python -c pass"]
+    print(f"first run: MLflow creates and migrates its sqlite database ({first_mlflow * 1e3:.0f} ms), ours "
+          f"creates the ledger directory and index ({first_ours * 1e3:.0f} ms); done once before timing, "
+          "not counted")
+    print(f"receipts published: {receipts} of {args.n + 1} wrapped runs")
+    print(f"ours / MLflow = {ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms = {ratio:.3f} (target <= {TARGET})")
+    print()
+    print(json.dumps({
+        "figure": "record_wrapper_overhead", "value": round(ours * 1e3, 1), "unit": "ms",
+        "reference": round(theirs * 1e3, 1), "ratio": round(ratio, 3), "target": TARGET,
+        "met": ratio <= TARGET,
+        "note": (f"median of {args.n} minus python -c pass; reference: mlflow start_run+end_run, sqlite, "
+                 f"database created before timing (that first run: {first_mlflow:.2f} s); "
+                 "ratio = ours / reference, target <="),
+    }))
+
+
+if __name__ == "__main__":
+    main()
