@@ -24,9 +24,7 @@ step, the time and the keyword dict as they are, and the flush turns a whole buf
 from __future__ import annotations
 
 import atexit
-# The last flush may run in an atexit handler, where importing a module that registers its own exit hook
-# raises "can't register atexit after shutdown" (pyarrow imports pandas lazily, which imports this).
-import concurrent.futures.thread  # noqa: F401
+import concurrent.futures.thread  # noqa: F401  (imported now: see _warm_up)
 import itertools
 import json
 import os
@@ -451,7 +449,8 @@ class Run:
 def _warm_up() -> None:
     """Let pyarrow do its lazy imports (pandas, when installed: about 0.4 s) now rather than in the first
     flush, so that the first flush is as quick as the others and a crash soon after start loses no more
-    than a flush interval."""
+    than a flush interval. (The last flush may run in an atexit handler, where importing a module that
+    registers an exit hook of its own, as concurrent.futures does, fails: it is imported at the top.)"""
     pa.array([0.0], type=pa.float64())
 
 
