@@ -110,6 +110,12 @@ def record(
     ledger = ledger_from(ctx, ledger_path)
     if not command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if attempt_of is None:
+        from ledger.attempts import auto_link
+
+        attempt_of = auto_link(ledger, name, list(command))
+        if attempt_of is not None:
+            click.echo(f"ledger: resuming run {name!r}: linked as a later attempt of {attempt_of[:12]}", err=True)
     links = resolve_links(ledger, attempt_of=attempt_of, replicates=replicates, baseline=baseline)
     opts = RecordOptions(
         command=list(command),

@@ -70,6 +70,6 @@ def read_only_query(ledger: Ledger, sql: str) -> pa.Table:
     with index.reader(ledger) as con:
         check_read_only(con, sql)
         try:
-            return con.execute(sql).to_arrow_table()
+            return con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise QueryRefused(f"query failed: {str(exc).splitlines()[0]}") from exc
