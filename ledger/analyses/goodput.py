@@ -13,7 +13,8 @@ up to the wall time. Where intervals overlap, the first of this order wins: step
 (productive, then lost), checkpoint restore, checkpoint save, eval, data loading, start-up, other,
 downtime. So a checkpoint written asynchronously while steps run costs nothing, as it should.
 
-- start-up: from an attempt's start to its last ``init_end`` event (any rank); without one, to its first
+- start-up: from an attempt's start to its last ``init_end`` event (any rank; ``_stop`` is accepted for
+  every ``_end``, as MLPerf logs spell them); without one, to its first
   step; without steps, the whole attempt. Restore inside it counts as restore.
 - checkpoint save / restore, eval, data loading: ``<kind>_start`` .. ``<kind>_end`` event pairs
   (``checkpoint_save``, ``checkpoint_restore``, ``eval``, ``data_wait``) of each rank, paired in the
@@ -78,6 +79,9 @@ DATA_PHASES = ("data", "data_wait", "data_loading", "dataloader")
 
 _OPENERS = {start: bucket for bucket, (start, _) in PAIRS.items()}
 _CLOSERS = {end: bucket for bucket, (_, end) in PAIRS.items()}
+_CLOSERS |= {end.removesuffix("_end") + "_stop": bucket for end, bucket in list(_CLOSERS.items())}
+"""``_stop`` closes like ``_end`` (MLPerf logs say eval_stop, init_stop)."""
+_INIT_END = ("init_end", "init_stop")
 TIMELINE_BINS = 400
 
 
@@ -140,6 +144,9 @@ class Goodput:
     checkpoints_saved: int
     checkpoints_useful: int
     """Completed saves whose state survives (their step was not computed again by a later attempt)."""
+    run_start: float | None = None
+    """Unix time of the first attempt's ``run_start`` event (MLPerf logs), if any: where MLPerf's clock
+    starts (see :func:`ledger.analyses.gates.clock_start`)."""
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list, repr=False)
@@ -196,6 +203,7 @@ class Goodput:
             "steady_steps": self.steady_steps,
             "checkpoints_saved": self.checkpoints_saved,
             "checkpoints_useful": self.checkpoints_useful,
+            "run_start_s": None if self.run_start is None else self.run_start - self.start,
             "attempts": [
                 {
                     "id": a.id,
@@ -306,6 +314,26 @@ def _last_occurrence(values: np.ndarray) -> np.ndarray:
     return keep
 
 
+def _unique_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, each value's index among them). Step numbers are dense, so a bitmap beats
+    sorting (and numpy's hash-based ``unique``) by far; sparse values fall back to a sort."""
+    n = values.size
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo <= 4 * n + 1024:
+        present = np.zeros(hi - lo + 1, bool)
+        present[values - lo] = True
+        rank = np.cumsum(present) - 1
+        return np.flatnonzero(present) + lo, rank[values - lo]
+    ordered = np.sort(values)
+    distinct = np.empty(n, bool)
+    distinct[0] = True
+    distinct[1:] = ordered[1:] != ordered[:-1]
+    uniq = ordered[distinct]
+    return uniq, np.searchsorted(uniq, values)
+
+
 def _robust_steady(dt: np.ndarray) -> tuple[float | None, float | None, float | None, int]:
     """(median, MAD, median of the values <= median + 3 MAD, how many those are)."""
     dt = dt[np.isfinite(dt)]
@@ -364,7 +392,14 @@ def compute(
     e_aid = np.where(e_aid >= 0, remap[np.maximum(e_aid, 0)], -1)
     w_start = np.array([w[0] for w in windows])
     w_end = np.array([w[1] for w in windows])
-    t0, t1 = float(w_start[0]), float(w_end.max())
+    # from here on, times are seconds from the first attempt's start: Unix times (~1.8e9) carry only
+    # ~2e-7 s of precision, and step lengths must add up to the timers' figures
+    origin = float(w_start[0])
+    s_time = s_time - origin
+    e_time = e_time - origin
+    w_start, w_end = w_start - origin, w_end - origin
+    windows = [(a - origin, b - origin) for a, b in windows]
+    t0, t1 = 0.0, float(w_end.max())
     wall = t1 - t0
 
     # ------------------------------------------------------------------ steps
@@ -404,10 +439,14 @@ def compute(
     n = step.size
 
     # steps each row stands for: since the previous logged step number (any attempt)
-    uniq = np.unique(step) if n else np.zeros(0, np.int64)
-    pos = np.searchsorted(uniq, step)
+    uniq, pos = _unique_positions(step)
     prev_step = np.where(pos > 0, uniq[np.maximum(pos - 1, 0)], np.minimum(step - 1, 0))
     width = np.maximum(step - prev_step, 1)
+    if n:  # an attempt's first row may follow steps nobody logged (resumed from elsewhere): one interval
+        first_of_attempt = np.ones(n, bool)
+        first_of_attempt[1:] = aid[1:] != aid[:-1]
+        typical = max(1, int(np.median(width)))
+        width = np.where(first_of_attempt, np.minimum(width, typical), width)
     if n and width.max() > 1:
         notes.append(f"steps are logged every {int(np.median(width))} steps or so: a logged row stands for the "
                      "steps since the previous one, each taking the logged step's time")
@@ -466,20 +505,23 @@ def compute(
     intervals: dict[str, list[tuple[float, float]]] = {b: [] for b in _PRIORITY}
     init_end: dict[int, float] = {}
     restored: dict[int, int] = {}
+    run_start: float | None = None
     saves: list[tuple[int, int]] = []  # (attempt position, step) of checkpoint_save_end
     last_time: dict[tuple[int, int], tuple[float, str]] = {}
     open_: dict[tuple[int, int, str], tuple[float, int | None]] = {}
-    for i in ev_rows:
-        a, rk, t, kind = int(e_aid[i]), int(ev_rank[i]), float(e_time[i]), kinds[i]
+    for row in ev_rows:
+        a, rk, t, kind = int(e_aid[row]), int(ev_rank[row]), float(e_time[row]), kinds[row]
         who = f"attempt {attempts[a].attempt} rank {rk}"
-        st = None if math.isnan(ev_step[i]) else int(ev_step[i])
+        st = None if math.isnan(ev_step[row]) else int(ev_step[row])
         prev = last_time.get((a, rk))
         if prev is not None and t < prev[0]:
             problems.append(f"{who}: {kind} at {t - t0:.3f} s is recorded after {prev[1]} at {prev[0] - t0:.3f} s "
                             "(events out of time order; kept in recorded order)")
         last_time[(a, rk)] = (t, kind)
-        if kind == "init_end":
+        if kind in _INIT_END:
             init_end[a] = max(init_end.get(a, -math.inf), t)
+        elif kind == "run_start" and a == 0 and run_start is None:
+            run_start = t
         elif kind == "checkpoint_restore_end" and st is not None:
             restored[a] = st
         if kind == "checkpoint_save_end" and st is not None:
@@ -503,7 +545,7 @@ def compute(
             else:
                 intervals[bucket].append((opened[0], t))
         elif kind == "data_wait":
-            seconds = _detail_seconds(details[i] if details else None)
+            seconds = _detail_seconds(details[row] if details else None)
             if seconds is not None and seconds > 0:
                 intervals["data_loading"].append((t - seconds, t))
     for (a, rk, bucket), (t, _st) in open_.items():
@@ -564,10 +606,11 @@ def compute(
     if n:
         centre = (start + end) / 2 - t0
         b_idx = np.clip(((centre / (edges[-1] or 1.0)) * nb).astype(np.int64), 0, nb - 1)
-        bin_prod = np.bincount(b_idx[surviving], weights=length[surviving], minlength=nb)
-        bin_lost = np.bincount(b_idx[lost], weights=length[lost], minlength=nb)
+        bin_prod: np.ndarray = np.bincount(b_idx[surviving], weights=length[surviving], minlength=nb)
+        bin_lost: np.ndarray = np.bincount(b_idx[lost], weights=length[lost], minlength=nb)
     else:
-        bin_prod = bin_lost = np.zeros(nb)
+        bin_prod = np.zeros(nb)
+        bin_lost = np.zeros(nb)
 
     # checkpoints whose state survives: the surviving computation of their step belongs to their attempt
     owner_of_step = np.full(uniq.size, -1, np.int64)
@@ -601,7 +644,7 @@ def compute(
     return Goodput(
         run_id=attempts[0].links.attempt_of or attempts[0].id,
         name=next((r.name for r in reversed(attempts) if r.name), None),
-        start=t0,
+        start=origin,
         wall_s=wall,
         productive_s=productive,
         buckets=buckets,
@@ -617,6 +660,7 @@ def compute(
         steady_steps=steady_n,
         checkpoints_saved=len(saves),
         checkpoints_useful=useful,
+        run_start=None if run_start is None else run_start + origin,
         notes=notes,
         problems=problems,
         segments=segments,
@@ -624,7 +668,7 @@ def compute(
         bin_productive_s=bin_prod.tolist(),
         bin_lost_s=bin_lost.tolist(),
         surviving_steps=step[surv_order],
-        surviving_times=end[surv_order],
+        surviving_times=end[surv_order] + origin,
     )
 
 
@@ -854,7 +898,7 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
         out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
         out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_fmt_s(sec))}</text>')
     # legend
-    lx = left
+    lx: float = left
     shares = g.shares()
     for key in ("productive", *BUCKETS):
         value = g.goodput if key == "productive" else shares.get(key, 0.0)
