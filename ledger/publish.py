@@ -51,6 +51,29 @@ from schemas import Artifact, Links, Problem, Receipt, Stack, Workload, seal
 from schemas.tables import TABLES
 
 PUBLISHED_MARK = "PUBLISHED_AS"
+PROBLEMS_FILE = "problems.jsonl"
+"""Notes of the wrapper about its own capture (telemetry, log, log parsing), one JSON object a line."""
+
+
+def add_problems(run_dir: Path, notes: list[tuple[str, str]]) -> None:
+    """Append (source, message) notes that the receipt will carry as problems."""
+    if notes:
+        with open(run_dir / PROBLEMS_FILE, "a") as f:
+            f.write("".join(json.dumps({"source": s, "message": m}) + "\n" for s, m in notes))
+
+
+def _read_problems(run_dir: Path) -> list[Problem]:
+    path = run_dir / PROBLEMS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+            out.append(Problem(source=str(item["source"]), message=str(item["message"])))
+        except (ValueError, KeyError, TypeError):
+            out.append(Problem(source=PROBLEMS_FILE, message=f"unreadable note: {line[:200]}"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -243,6 +266,7 @@ def build(
             problems.append(
                 Problem(source=f"{directory.name}/sdk_errors.log", message=redact("; ".join(lines[:5])))
             )
+    problems.extend(p.model_copy(update={"message": redact(p.message)}) for p in _read_problems(run_dir))
     energy, method = _energy(tables["telemetry"])
     started = _parse_time(wrapper.get("started_at"))
     ended = outcome.ended_at or datetime.now(UTC)

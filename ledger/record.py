@@ -30,8 +30,15 @@ from ledger import __version__
 from ledger.errors import BadInput, LedgerError, LedgerNotWritable
 from ledger.faults import fault
 from ledger.index import try_sync
-from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE, WRAPPER_RANK_DIR
-from ledger.publish import Outcome, acquire_staging_lock, publish, write_json_atomic, write_wrapper_facts
+from ledger.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
+from ledger.publish import (
+    Outcome,
+    acquire_staging_lock,
+    add_problems,
+    publish,
+    write_json_atomic,
+    write_wrapper_facts,
+)
 from ledger.store import Ledger
 from schemas import Receipt
 
@@ -234,13 +241,14 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     fault("finalizing")
     if sampler is not None:
         sampler.stop()
-    notes = [f"telemetry: {e}" for e in (sampler.errors[:20] if sampler is not None else [])]
-    notes += [tee.error] if tee.error else []
-    if notes:  # published as problems of the receipt, like any rank's SDK errors
-        with contextlib.suppress(OSError):
-            (run_dir / WRAPPER_RANK_DIR).mkdir(exist_ok=True)
-            with open(run_dir / WRAPPER_RANK_DIR / "sdk_errors.log", "a") as f:
-                f.write("".join(n + "\n" for n in notes))
+    notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]
+    notes += [(LOG_FILE, tee.error)] if tee.error else []
+    # a Megatron launch without the SDK: its metrics and workload come from the tee'd log
+    from ledger.ingest.live import augment
+
+    notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
+    with contextlib.suppress(OSError):  # published as problems of the receipt
+        add_problems(run_dir, notes)
     capture.join(timeout=60)
 
     outcome = outcome_of(returncode, forwarded, ended)

@@ -51,6 +51,10 @@ BOOLEAN_FLAGS = frozenset({
 })
 """store_true flags read from a complete launch command: absent means off."""
 
+FUSED_FLAGS = ("moe_shared_expert_overlap", "moe_permute_fusion", "moe_router_fusion",
+               "overlap_moe_expert_parallel_comm")
+"""Boolean MoE implementation flags recorded in kernels.fused when on (speed, not mathematics)."""
+
 SCRIPTS = ("pretrain_gpt.py", "pretrain_mamba.py", "pretrain_bert.py", "pretrain_t5.py", "pretrain_retro.py",
            "pretrain_vlm.py", "pretrain_ict.py")
 """Megatron-LM training entry points."""
@@ -110,6 +114,17 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str], str | None
     return [], list(argv), None
 
 
+def _is_option(token: str) -> bool:
+    """``--name`` or ``-m`` (not a negative number such as ``-1`` or ``-1e-3``)."""
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
 def args_from_flags(tokens: Sequence[str]) -> dict[str, Any]:
     """``--name value`` / ``--flag`` / ``--name v1 v2`` / ``--name=value`` -> {dest: value}."""
     out: dict[str, Any] = {}
@@ -125,7 +140,7 @@ def args_from_flags(tokens: Sequence[str]) -> dict[str, Any]:
             out[dest_of(flag)] = parse_value(value)
             continue
         values = []
-        while i < n and not tokens[i].startswith("--"):
+        while i < n and not _is_option(tokens[i]):
             values.append(tokens[i])
             i += 1
         if not values:
@@ -288,10 +303,12 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
     backend = _str(g("moe_flex_dispatcher_backend")) or ("deepep" if g("moe_enable_deepep") is True else None)
     if dispatcher == "flex" and backend:
         dispatcher = f"flex:{backend}"
+    fused = tuple(name for name in FUSED_FLAGS if g(name) is True)
     kernels = Kernels(
         grouped_gemm=_bool(args, "moe_grouped_gemm", complete and bool(num_experts)),
         dispatcher=dispatcher,
         attention=_str(g("attention_backend")),
+        fused=fused,
     )
     tp, pp, cp = _int(g("tensor_model_parallel_size")), _int(g("pipeline_model_parallel_size")), \
         _int(g("context_parallel_size"))

@@ -1,0 +1,151 @@
+"""One function per `ledger ingest` command: parse the evidence, publish the receipt, return it.
+
+The CLI (``ledger/commands/ingest.py``) only parses options, calls these and prints the id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ledger.errors import BadInput
+from ledger.ingest import golden, mlperf, trace
+from ledger.ingest.common import (
+    Evidence,
+    Issues,
+    WrongKind,
+    check_file,
+    describe,
+    publish_evidence,
+    sha256_of,
+)
+from ledger.ingest.megatron import MegatronLog, parse_log, routing_from_dir
+from ledger.ingest.megatron_args import args_from_text, merge_args, workload_from_args
+from ledger.store import Ledger
+from schemas import Links, Receipt, Stack
+from schemas.tables import TABLES
+
+
+@dataclass
+class Imported:
+    """A published import and what the command reports about it."""
+
+    receipt: Receipt
+    notes: list[str]
+
+
+def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path | None = None) -> tuple[Evidence,
+                                                                                                      MegatronLog]:
+    """A Megatron log (and optional launch arguments and routing dumps) as :class:`Evidence`."""
+    check_file(path)
+    log = parse_log(path)
+    extra: dict[str, Any] = {}
+    if args_from is not None:
+        check_file(args_from)
+        extra = args_from_text(args_from.read_text(errors="replace"))
+        if not extra:
+            raise WrongKind(f"{args_from}: expected Megatron arguments (an argument dump, launch flags or a "
+                            f"model_config.yaml), found {describe(args_from)}")
+    if not log.iteration_lines and not log.args and not log.evals:
+        raise WrongKind(f"{path}: expected a Megatron-LM log (iteration lines or an argument dump), found "
+                        f"{describe(path)}" + (f"; {len(log.issues.unparsed)} line(s) looked like Megatron output "
+                                               "but did not parse" if log.issues.unparsed else ""))
+    args = merge_args(extra, log.args)
+    tables = log.tables(args)
+    directory = routing if routing is not None else path.parent / "tokens_per_expert"
+    if routing is not None and not routing.is_dir():
+        raise BadInput(f"--routing {routing}: not a folder")
+    if directory.is_dir():
+        tables["routing"] = routing_from_dir(directory, log.issues)
+    if "train_iters" not in args and log.total_iters:
+        args["train_iters"] = log.total_iters
+    workload = workload_from_args(args, complete=False) if args else None
+    ev = Evidence(kind="megatron-log", path=path, sha256=sha256_of(path), tables=tables, workload=workload,
+                  issues=log.issues, lines=log.lines, started_at=log.first_time, ended_at=log.last_time, log=path)
+    return ev, log
+
+
+def ingest_megatron(ledger: Ledger, path: Path, args_from: Path | None = None, name: str | None = None,
+                    routing: Path | None = None, tags: Mapping[str, str] | None = None) -> Imported:
+    """`ledger ingest megatron`."""
+    ev, log = megatron_evidence(path, args_from, routing)
+    receipt = publish_evidence(ledger, ev, name or path.stem, tags)
+    notes = [f"{log.iteration_lines} iteration line(s), {len(log.evals)} eval value(s), {len(log.timing)} timer "
+             f"value(s) from {log.lines} line(s)"]
+    if ev.unparsed:
+        notes.append(f"{ev.unparsed} line(s) did not parse (listed in the receipt's problems)")
+    return Imported(receipt, notes)
+
+
+def ingest_mlperf(ledger: Ledger, path: Path, system: Path | None = None, rules: Sequence[Path] = (),
+                  name: str | None = None, tags: Mapping[str, str] | None = None) -> Imported:
+    """`ledger ingest mlperf`."""
+    result = mlperf.evidence(path, system, rules)
+    ev = result.evidence
+    receipt = publish_evidence(ledger, ev, name or path.stem, tags)
+    notes = [f"outcome {ev.outcome or 'unknown'}, time to train "
+             + (f"{ev.time_to_train_s:.3f} s" if ev.time_to_train_s is not None else "unknown")]
+    if result.target is not None:
+        g = result.target.gate
+        sign = "<=" if g.direction == "min" else ">="
+        met = f"met at samples_count {result.met_at}" if result.met_at is not None else "not met"
+        notes.append(f"quality target {g.metric} {sign} {g.threshold} ({result.target.rules_file}): {met}")
+    return Imported(receipt, notes)
+
+
+def ingest_golden(ledger: Ledger, path: Path, config: Path | None = None, name: str | None = None,
+                  tags: Mapping[str, str] | None = None) -> Imported:
+    """`ledger ingest golden`."""
+    ev = golden.evidence(path, config)
+    receipt = publish_evidence(ledger, ev, name or path.stem, tags)
+    return Imported(receipt, [f"{ev.tables['steps'].num_rows} step(s)"])
+
+
+def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None) -> Imported:
+    """`ledger ingest trace --into REF`: receipts are immutable, so this publishes a NEW receipt holding
+    the referenced receipt's facts (stack, workload, command, times, metric tables, log) plus the trace's
+    timing rows (rank = the trace's rank) and events, with ``links.baseline`` = the referenced id and the
+    tag ``trace_of=<id>``. Its status is ``imported`` and its source the trace."""
+    from ledger.layout import LOG_FILE
+    from ledger.reading import resolve_ref
+
+    check_file(path)
+    issues = Issues(path.name)
+    timing = trace.analyse(path, issues)  # before resolving: a bad trace fails without touching the ledger
+    target = resolve_ref(ledger, into)
+    original = ledger.load(target)
+    directory = ledger.path(target)
+    tables: dict[str, pa.Table] = {}
+    for table_name in TABLES:
+        file = directory / f"{table_name}.parquet"
+        tables[table_name] = pq.read_table(file) if file.exists() else TABLES[table_name].empty_table()
+    added = timing.tables()
+    for table_name, extra in added.items():
+        tables[table_name] = pa.concat_tables([tables[table_name].cast(TABLES[table_name]), extra])
+    log = directory / LOG_FILE
+    ev = Evidence(
+        kind="profiler-trace", path=path, sha256=sha256_of(path), tables=tables, workload=original.workload,
+        stack=original.stack if isinstance(original.stack, Stack) else Stack(), issues=issues,
+        started_at=original.started_at, ended_at=original.ended_at, duration_s=original.duration_s,
+        outcome=original.summary.outcome, time_to_train_s=original.summary.time_to_train_s,
+        command=original.command, log=log if log.exists() else None, extra_problems=original.problems,
+        links=Links(attempt_of=original.links.attempt_of, replicates=original.links.replicates, baseline=target),
+        attempt=original.attempt, exit_code=original.exit_code, signal=original.signal,
+    )
+    tags = {**original.tags, "trace_of": target}
+    receipt = publish_evidence(ledger, ev, name or f"{original.name or target[:12]}+trace", tags)
+    share = timing.communication_share
+    notes = [f"{len(timing.steps)} ProfilerStep(s) of rank {timing.rank} ({timing.device or 'unknown device'}); "
+             f"communication {share:.1%} of GPU kernel time" if share is not None else
+             f"{len(timing.steps)} ProfilerStep(s)",
+             f"receipts are immutable: this is a new receipt with {target[:12]}'s facts plus the trace's timing "
+             f"(links.baseline and tag trace_of point at {target[:12]})"]
+    return Imported(receipt, notes)
+
+
+__all__ = ["Imported", "ingest_golden", "ingest_megatron", "ingest_mlperf", "ingest_trace", "megatron_evidence"]

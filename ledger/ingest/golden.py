@@ -1,0 +1,139 @@
+"""Megatron-LM CI golden values -> an imported receipt.
+
+A golden-values file (``tests/functional_tests/test_cases/<model>/<test>/golden_values_<env>_<platform>.json``)
+maps each metric to ``{"start_step", "end_step", "step_interval", "values"}``, where ``values`` is either
+``{"<step>": value}`` or a list (step = start_step + i x step_interval); values may be ``"nan"``. Metrics:
+``lm loss`` -> loss, ``iteration-time`` (seconds) -> step_time_s, ``mem-max-allocated-bytes`` ->
+memory_bytes; every other metric (``num-zeros``, ``mem-allocated-bytes``...) -> ``extra`` under its name.
+
+The test's ``model_config.yaml`` (``--config``) gives the workload (its ``MODEL_ARGS`` are the complete launch
+flags) and ``ENV_VARS`` the environment. The platform in the file name (Megatron-LM's convention, e.g.
+``dgx_h100``) gives ``hardware.system`` and the GPU model (``H100``); nothing else about the machine is known.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ledger.ingest.common import Evidence, Issues, WrongKind, check_file, describe, sha256_of, table
+from ledger.ingest.megatron_args import args_from_mapping, workload_from_args
+from schemas import Hardware, Stack, Workload
+
+COLUMNS = {"lm loss": ("loss", float), "iteration-time": ("step_time_s", float),
+           "mem-max-allocated-bytes": ("memory_bytes", int)}
+_PLATFORM = re.compile(r"golden_values_(?:(?P<env>dev|lts)_)?(?P<platform>[a-z0-9]+_(?P<gpu>[a-z0-9]+))\.json$", re.I)
+
+
+def _value(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def read_values(path: Path, issues: Issues) -> dict[str, dict[int, float]]:
+    """metric -> {step: value} of a golden-values file."""
+    check_file(path)
+    try:
+        data = json.loads(path.read_text(errors="replace"))
+    except ValueError as exc:
+        raise WrongKind(f"{path}: expected Megatron-LM golden values (JSON: metric -> start_step, end_step, "
+                        f"step_interval, values), found {describe(path)}") from exc
+    if not isinstance(data, dict) or not data or not any(
+            isinstance(v, dict) and "values" in v for v in data.values()):
+        raise WrongKind(f"{path}: expected Megatron-LM golden values (JSON: metric -> start_step, end_step, "
+                        f"step_interval, values), found {describe(path)}")
+    out: dict[str, dict[int, float]] = {}
+    for metric, spec in data.items():
+        if not isinstance(spec, dict) or "values" not in spec:
+            issues.note(f"{metric!r} is not a golden-values series: skipped")
+            continue
+        values = spec["values"]
+        series: dict[int, float] = {}
+        if isinstance(values, dict):
+            items = list(values.items())
+        elif isinstance(values, list):
+            start, interval = spec.get("start_step", 0), spec.get("step_interval", 1)
+            if not isinstance(start, int) or not isinstance(interval, int) or interval <= 0:
+                issues.note(f"{metric!r}: a list of values needs integer start_step and step_interval: skipped")
+                continue
+            items = [(start + i * interval, v) for i, v in enumerate(values)]
+        else:
+            issues.note(f"{metric!r}: values are neither an object nor a list: skipped")
+            continue
+        for step, v in items:
+            number = _value(v)
+            try:
+                step_no = int(step)
+            except (TypeError, ValueError):
+                issues.note(f"{metric!r}: step {step!r} is not an integer: skipped")
+                continue
+            if number is None:
+                issues.note(f"{metric!r} at step {step_no}: {v!r} is not a number: skipped")
+                continue
+            series[step_no] = number
+        out[str(metric)] = series
+    return out
+
+
+def read_config(path: Path, issues: Issues) -> tuple[Workload, dict[str, str]]:
+    """Workload and environment of a model_config.yaml."""
+    from ledger.ingest.yamlite import YamlError, load
+
+    check_file(path)
+    try:
+        data = load(path.read_text(errors="replace"))
+    except YamlError as exc:
+        raise WrongKind(f"{path}: expected a Megatron-LM model_config.yaml, found YAML it cannot read ({exc})") \
+            from exc
+    model_args = data.get("MODEL_ARGS")
+    if not isinstance(model_args, dict):
+        raise WrongKind(f"{path}: expected a Megatron-LM model_config.yaml with MODEL_ARGS, found {describe(path)}")
+    env = data.get("ENV_VARS") or {}
+    env = {str(k): "" if v is None else str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    workload = workload_from_args(args_from_mapping(model_args), complete=True)
+    return workload, env
+
+
+def evidence(path: Path, config: Path | None = None) -> Evidence:
+    """Golden values (and their model_config.yaml) as :class:`Evidence`."""
+    issues = Issues(path.name)
+    series = read_values(path, issues)
+    steps = sorted({s for values in series.values() for s in values})
+    cols: dict[str, list[Any]] = {"rank": [0] * len(steps), "step": steps, "loss": [], "step_time_s": [],
+                                  "memory_bytes": [], "extra": []}
+    for step in steps:
+        extra = []
+        for metric, values in series.items():
+            if step not in values:
+                continue
+            column = COLUMNS.get(metric)
+            if column is None:
+                extra.append((metric, values[step]))
+        cols["extra"].append(extra or None)
+        for metric, (name, kind) in COLUMNS.items():
+            v = series.get(metric, {}).get(step)
+            if kind is int:
+                cols[name].append(int(v) if v is not None and math.isfinite(v) else None)
+            else:
+                cols[name].append(v)
+    workload, env = (read_config(config, issues) if config else (None, {}))
+    m = _PLATFORM.search(path.name)
+    hardware = Hardware(system=m.group("platform"), gpu_model=m.group("gpu").upper()) if m else Hardware()
+    if not m:
+        issues.note("the file name does not follow golden_values_<env>_<platform>.json: hardware unknown")
+    return Evidence(kind="megatron-golden", path=path, sha256=sha256_of(path), tables={"steps": table("steps", cols)},
+                    workload=workload, stack=Stack(hardware=hardware, environment=env), issues=issues)
+
+
+__all__ = ["evidence", "read_config", "read_values"]

@@ -1,0 +1,127 @@
+"""Live capture: `ledger record` wrapping a Megatron-LM launch gets workload, steps, evals, timing and
+routing from the launch's own output, without any SDK call in the training code.
+
+:func:`augment` is called by the wrapper after the child exits and before the staging directory is
+published. It acts only when the launch is Megatron (a ``pretrain_*.py`` script or ``megatron`` in the
+command, or iteration lines in the tee'd log) and no rank wrote steps through the SDK: a training loop that
+uses the SDK is the better source and is never second-guessed. It then parses the log with the importer's
+parsers and writes ``rank-00000/<table>.arrows`` (only tables no rank wrote) and ``rank-00000/workload.json``
+(only when no rank set a workload), so the normal publish picks them up. Routing comes from
+``tokens_per_expert/*.jsonl`` dumps in the staging directory or in the launch's working directory
+(written since the launch started).
+
+It never raises: whatever goes wrong becomes a note, which the caller records as a receipt problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from ledger.ingest.common import Issues, numbered_lines, write_tables
+from ledger.ingest.megatron import is_iteration_line, parse_lines, routing_from_dir
+from ledger.ingest.megatron_args import args_from_command, is_megatron_command, merge_args, workload_from_args
+from ledger.layout import JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
+from ledger.merge import rank_dirs
+from schemas import Workload
+
+SNIFF_LINES = 20_000
+"""Lines of the log read to recognise Megatron output when the command does not say so."""
+
+
+def _has_table(run_dir: Path, name: str) -> bool:
+    for _, directory in rank_dirs(run_dir):
+        for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
+            path = directory / f"{name}{suffix}"
+            if path.exists() and path.stat().st_size > 0:
+                return True
+    return False
+
+
+def _has_workload(run_dir: Path) -> bool:
+    return any((directory / WORKLOAD_FILE).exists() for _, directory in rank_dirs(run_dir))
+
+
+def looks_like_megatron(command: Sequence[str], log_path: Path) -> bool:
+    """A Megatron launch by its command, or by iteration lines in its output."""
+    if is_megatron_command(command):
+        return True
+    if not log_path.exists():
+        return False
+    for lineno, raw, _ in numbered_lines(log_path):
+        if lineno > SNIFF_LINES:
+            break
+        if is_iteration_line(raw):
+            return True
+    return False
+
+
+def augment(run_dir: Path, command: Sequence[str], log_path: Path) -> list[str]:
+    """Fill a Megatron launch's staging directory from its log; returns notes (empty when nothing to do)."""
+    try:
+        return _augment(Path(run_dir), list(command), Path(log_path))
+    except Exception as exc:  # capture never fails the run it describes
+        return [f"Megatron log capture failed: {type(exc).__name__}: {exc}"]
+
+
+def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
+    if not looks_like_megatron(command, log_path):
+        return []
+    if _has_table(run_dir, "steps"):
+        return ["Megatron launch: steps were logged through the SDK, so the log was not parsed"]
+    if not log_path.exists():
+        return ["Megatron launch: no output log to parse"]
+    log = parse_lines(numbered_lines(log_path), log_path.name)
+    launch_args, complete = args_from_command(command)
+    args = merge_args(launch_args, log.args)
+    tables = log.tables(args)
+    issues: Issues = log.issues
+    started = _started(run_dir)
+    for directory in (run_dir / "tokens_per_expert", _cwd(run_dir) / "tokens_per_expert"):
+        if directory.is_dir():
+            tables["routing"] = routing_from_dir(directory, issues, since=started)
+            break
+    notes: list[str] = []
+    skipped = [name for name, t in tables.items() if t.num_rows and _has_table(run_dir, name)]
+    written = write_tables(rank_dir(run_dir, 0), {k: v for k, v in tables.items() if k not in skipped})
+    if skipped:
+        notes.append(f"Megatron log: {', '.join(skipped)} already written through the SDK; kept those")
+    if "train_iters" not in args and log.total_iters:
+        args["train_iters"] = log.total_iters
+    if not _has_workload(run_dir) and (args or complete):
+        workload = workload_from_args(args, complete=complete)
+        if workload != Workload():
+            path = rank_dir(run_dir, 0) / WORKLOAD_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(workload.model_dump(mode="json"), sort_keys=True))
+            written.append("workload")
+    counts = ", ".join(f"{t.num_rows} {name}" for name, t in tables.items() if t.num_rows)
+    notes.insert(0, f"Megatron log: {log.iteration_lines} iteration line(s) parsed"
+                    + (f" ({counts})" if counts else "") + (f"; wrote {', '.join(written)}" if written else ""))
+    notes.extend(f"{p.source}: {p.message}" for p in issues.problems())
+    return notes
+
+
+def _wrapper(run_dir: Path) -> dict[str, object]:
+    try:
+        data = json.loads((run_dir / WRAPPER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _started(run_dir: Path) -> float | None:
+    value = _wrapper(run_dir).get("started_at")
+    try:
+        return datetime.fromisoformat(str(value)).timestamp() if value else None
+    except ValueError:
+        return None
+
+
+def _cwd(run_dir: Path) -> Path:
+    return Path(str(_wrapper(run_dir).get("cwd") or run_dir))
+
+
+__all__ = ["augment", "looks_like_megatron"]
