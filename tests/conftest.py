@@ -23,6 +23,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("LEDGER_RUN_DIR", None)
     env.pop("LEDGER_DIR", None)
+    env["DVC_NO_ANALYTICS"] = "1"  # no network here; DVC must not try to send usage statistics
     env.update(extra)
     return env
 

@@ -57,12 +57,17 @@ def capture_code(cwd: Path, redactor: Redactor) -> Code:
             if found["dirty"]:
                 base = "HEAD" if has_commit else EMPTY_TREE
                 diff = _git_bytes(repo, "diff", base, "--binary", "--no-color", "--no-ext-diff",
-                                  "--no-textconv") if tracked else b""
+                                  "--no-textconv", *NOT_CODE) if tracked else b""
                 found["diff_digest"] = _digest(diff, Path(repo.working_tree_dir or cwd), untracked)
             return Code(**found)
     except Exception as exc:
         return Code(**found, error=_oneline(exc, redactor))
 
+
+NOT_CODE = ("--", ".", ":(exclude,glob)**/dvc.lock", ":(exclude,glob)**/*.dvc", ":(exclude,glob).dvc/**")
+"""Pathspec of what counts as code: the work tree except DVC's bookkeeping (dvc.lock, *.dvc pointers, .dvc/),
+which describes data and changes while `dvc repro` runs the stages of one pipeline; counting it would make
+every stage of a pipeline look like a code change."""
 
 READ_ONLY = ("--no-optional-locks", "-c", "safe.directory=*", "-c", "core.fsmonitor=false")
 """Options of every git command the probe runs: take no index lock (the user's own git commands must not
@@ -81,7 +86,7 @@ def _status(repo: Any) -> tuple[bool, list[bytes]]:
     """(any tracked change against HEAD, untracked paths relative to the work tree) from one
     ``git status --porcelain -z``."""
     out = _git_bytes(repo, "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                     "--ignore-submodules=none")
+                     "--ignore-submodules=none", *NOT_CODE)
     tracked = False
     untracked: list[bytes] = []
     entries = iter(out.split(b"\0"))

@@ -89,6 +89,24 @@ def test_ignored_files_do_not_count(repo: Path) -> None:
     assert capture_code(repo, REDACTOR).dirty is False
 
 
+def test_dvc_bookkeeping_is_not_code(repo: Path) -> None:
+    """dvc.lock, *.dvc pointers and .dvc/ change while `dvc repro` runs a pipeline's stages: not code."""
+    (repo / "dvc.lock").write_text("schema: '2.0'\n")
+    (repo / "receipts.dvc").write_text("outs: []\n")
+    (repo / ".dvc").mkdir()
+    (repo / ".dvc" / "config").write_text("[core]\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "dvc")
+    (repo / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (repo / "sub").mkdir()
+    (repo / "sub" / "dvc.lock").write_text("x")
+    (repo / ".dvc" / "config").write_text("[core]\nanalytics = false\n")
+    code = capture_code(repo, REDACTOR)
+    assert code.dirty is False and code.diff_digest is None
+    (repo / "train.py").write_text("print('changed')\n")  # real code still counts
+    assert capture_code(repo, REDACTOR).dirty is True
+
+
 def test_large_untracked_files_enter_by_path_and_size(repo: Path) -> None:
     big = repo / "big.bin"
     big.write_bytes(b"\x00" * (MAX_UNTRACKED_FILE + 1))
