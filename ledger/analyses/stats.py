@@ -10,8 +10,9 @@ same inputs give the same intervals on every machine.
 - **Bootstrap.** :func:`bootstrap_quantile` draws from the *exact* bootstrap distribution of a sample
   quantile: the k-th smallest of n draws with replacement from the sorted sample is ``sorted[floor(n U)]``
   with ``U ~ Beta(k, n + 1 - k)`` (the k-th order statistic of n uniforms), so a draw costs O(1) after one
-  partial sort, and a million-step run is as cheap as a small one. :func:`bootstrap_mean` resamples (up to
-  :data:`MEAN_RESAMPLE_MAX` observations; above that it draws from the bootstrap's normal limit).
+  partial sort, and a million-step run is as cheap as a small one. :func:`bootstrap_mean` and
+  :func:`paired_bootstrap_means` resample (up to :data:`MEAN_RESAMPLE_MAX` observations, or
+  :data:`PAIRED_RESAMPLE_MAX` shared points; above that they draw from the bootstrap's normal limit).
 - **Pooled t-test** for groups of runs (between-run variance): :func:`pooled_t`.
 - **Outliers.** :func:`mad_keep` keeps observations whose modified z-score ``0.6745 |x - median| / MAD``
   is at most 3.5 (Iglewicz and Hoaglin).
@@ -21,6 +22,7 @@ same inputs give the same intervals on every machine.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import cache
 
@@ -35,6 +37,8 @@ MEAN_RESAMPLE_MAX = 10_000
 """Above this many observations, :func:`bootstrap_mean` draws from the bootstrap's normal limit."""
 EXACT_MAX = 20
 """Rank tests use their exact null distribution up to this many observations (when there are no ties)."""
+PAIRED_RESAMPLE_MAX = 500
+"""Above this many shared points, :func:`paired_bootstrap_means` draws from the bootstrap's normal limit."""
 
 
 def as_float(values: ArrayLike) -> FloatArray:
@@ -113,7 +117,7 @@ def _mw_counts(n1: int, n2: int) -> tuple[int, ...]:
     """Number of arrangements giving each U = 0..n1*n2 (no ties): the exact null distribution."""
     # f(i, j)[u]: arrangements of i x's and j y's with u (x, y) pairs where y < x
     prev = [[1] + [0] * (n1 * n2) for _ in range(n2 + 1)]
-    for i in range(1, n1 + 1):
+    for _ in range(n1):
         cur = [[0] * (n1 * n2 + 1) for _ in range(n2 + 1)]
         cur[0][0] = 1
         for j in range(1, n2 + 1):
@@ -245,11 +249,18 @@ def bootstrap_mean(x: ArrayLike, rng: np.random.Generator, n_boot: int) -> Float
 
 def paired_bootstrap_means(columns: FloatArray, rng: np.random.Generator, n_boot: int) -> FloatArray:
     """Bootstrap draws of the column means of a (points x series) matrix, resampling rows jointly
-    (the points are shared, e.g. a common token grid): shape (n_boot, series)."""
+    (the points are shared, e.g. a common token grid): shape (n_boot, series). Above
+    :data:`PAIRED_RESAMPLE_MAX` points, the draws come from the bootstrap's normal limit (the means'
+    covariance over ``n``)."""
     m = np.asarray(columns, dtype=np.float64)
     n = m.shape[0]
     if n == 0:
         return np.full((n_boot, m.shape[1]), math.nan)
+    if n > PAIRED_RESAMPLE_MAX:
+        cov = np.atleast_2d(np.cov(m, rowvar=False, bias=True)) / n
+        vals, vecs = np.linalg.eigh(cov)
+        root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+        return np.asarray(m.mean(axis=0) + rng.standard_normal((n_boot, m.shape[1])) @ root.T, dtype=np.float64)
     out = np.empty((n_boot, m.shape[1]), dtype=np.float64)
     chunk = max(1, 2_000_000 // (n * max(1, m.shape[1])))
     for start in range(0, n_boot, chunk):
@@ -368,9 +379,15 @@ def spikes(x: ArrayLike, *, block: int = 50, ratio: float = 2.0, z: float = 6.0)
     if nblocks < 1 or n <= block:
         return out
     full = a[: nblocks * block].reshape(nblocks, block)
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(np.where(np.isfinite(full), full, np.nan), axis=1)
-        dev = np.nanmedian(np.abs(np.where(np.isfinite(full), full, np.nan) - med[:, None]), axis=1)
+    if np.isfinite(full).all():
+        med = np.median(full, axis=1)
+        dev = np.median(np.abs(full - med[:, None]), axis=1)
+    else:
+        masked = np.where(np.isfinite(full), full, np.nan)
+        with warnings.catch_warnings():  # a block of only non-finite values has no median: NaN, no spikes
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(masked, axis=1)
+            dev = np.nanmedian(np.abs(masked - med[:, None]), axis=1)
     ref_med = np.repeat(med, block)[: n - block]
     ref_dev = np.repeat(dev, block)[: n - block]
     tail = a[block:]

@@ -1,0 +1,236 @@
+"""``compare()``: the review of A against B — factor diff, metrics side by side, attribution, missing runs.
+
+    with index.reader(Ledger("receipts")) as con:
+        result = compare(con, Ref("baseline"), Ref(group="sweep=bf16"))
+    print(to_json(result)["metrics"])
+
+A pure function of the index's contents: it reads the receipts and their tables through the connection and
+returns a :class:`Comparison`; rendering is elsewhere (:mod:`ledger.report`). JSON keys (stable):
+``comparable``, ``changed_factors``, ``metrics`` (name, a, b, delta, ratio, ci, verdict, ...),
+``attribution`` (metric, factor, share, ci, ...), ``confounded``, ``missing_ablations``, and more
+(see :func:`to_json`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import duckdb
+
+from ledger.analyses.ablations import MissingRun, missing_run
+from ledger.analyses.attribution import (
+    HeadlineAttribution,
+    Lattice,
+    Share,
+    attribute,
+    build_lattice,
+    headlines,
+    missing_nodes,
+)
+from ledger.analyses.diff import FactorDiff, check_task, factor_diff
+from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
+from ledger.analyses.metrics import MetricRow, Plugins, Settings, compare_all, plugins
+from ledger.analyses.series import RunData, load_run
+from schemas import Receipt
+
+
+@dataclass(frozen=True)
+class Ref:
+    """What the user named as one side: a ref (name or id prefix) or a group ``TAG=VALUE``."""
+
+    ref: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """Options of a comparison."""
+
+    allow_task_change: bool = False
+    """Compare runs of different tasks (otherwise refused)."""
+    settings: Settings = field(default_factory=Settings)
+    """Statistics: alpha, confidence level, bootstrap draws and seed, noise threshold override."""
+    attribution: bool = True
+    """Build the ablation lattice and split the headline metrics over factors."""
+    plugins: bool = True
+    """Add the metrics and headlines of the other modules of :mod:`ledger.analyses` (goodput, gates...)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything ``ledger compare`` reports."""
+
+    a: Side
+    b: Side
+    comparable: bool
+    """The tasks match."""
+    diff: FactorDiff
+    """Changed fields by factor (between the first receipts of the sides; the seed is left out when a side
+    is a replicate group)."""
+    same_config: bool
+    """A and B differ in no causal factor but, possibly, the seed: every difference is run-to-run noise."""
+    replicates: dict[str, list[str]]
+    """For a one-receipt side: other receipts of the ledger identical to it but for the seed."""
+    metrics: list[MetricRow]
+    """Every metric side by side."""
+    attribution: list[HeadlineAttribution]
+    lattice: Lattice | None
+    missing: list[MissingRun]
+    problems: list[str]
+    """What could not be done (a broken analysis module...)."""
+    notes: list[str]
+    settings: Settings
+    runs_a: list[RunData] = field(repr=False)
+    runs_b: list[RunData] = field(repr=False)
+    catalog: Catalog = field(repr=False)
+
+    def confounded(self) -> list[dict[str, Any]]:
+        """Factor sets that changed together, with each headline's share of them."""
+        found: dict[tuple[str, ...], dict[str, Any]] = {}
+        for att in self.attribution:
+            for share in att.confounded:
+                item = found.setdefault(share.factors, {
+                    "factors": list(share.factors),
+                    "message": f"confounded: {', '.join(share.factors)} changed together",
+                    "shares": {},
+                })
+                item["shares"][att.headline] = {"share": share.share, "ci": list(share.ci)}
+        return list(found.values())
+
+
+def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOptions | None = None) -> Comparison:
+    """Compare side ``a`` with side ``b`` (see the module docstring). Raises :class:`~ledger.errors.BadInput`
+    subclasses for unknown or ambiguous refs, a receipt compared with itself, groups that are not
+    replicate groups, and a task mismatch (unless allowed)."""
+    options = options or CompareOptions()
+    settings = options.settings
+    catalog = Catalog.load(con)
+    side_a = resolve_side(con, catalog, "A", a.ref, a.group)
+    side_b = resolve_side(con, catalog, "B", b.ref, b.group)
+    check_distinct(side_a, side_b)
+    receipts: dict[str, Receipt] = {}
+
+    def receipt(rid: str) -> Receipt:
+        if rid not in receipts:
+            receipts[rid] = Receipt.model_validate(catalog[rid].data)
+        return receipts[rid]
+
+    groups = side_a.is_group or side_b.is_group
+    diff = factor_diff(receipt(side_a.ids[0]), receipt(side_b.ids[0]), ignore=(SEED,) if groups else ())
+    comparable = check_task(diff, options.allow_task_change)
+    loaded: dict[str, RunData] = {}
+
+    def run(rid: str) -> RunData:
+        if rid not in loaded:
+            loaded[rid] = load_run(con, rid, receipt(rid))
+        return loaded[rid]
+
+    runs_a, runs_b = [run(i) for i in side_a.ids], [run(i) for i in side_b.ids]
+    found = plugins() if options.plugins else Plugins()
+    heads = headlines(found.headlines)
+    rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads])
+    same_config = not (set(diff.factors) - {SEED})
+    replicates = {s.name: [i for i in catalog.replicates(s.ids[0]) if i not in side_a.ids + side_b.ids]
+                  for s in (side_a, side_b) if not s.is_group}
+    notes = _notes(diff, same_config, comparable, runs_a + runs_b, replicates)
+    lattice = None
+    attribution: list[HeadlineAttribution] = []
+    missing: list[MissingRun] = []
+    if options.attribution:
+        lattice = build_lattice(catalog, side_a, side_b)
+        node_runs = {s: [run(i) for i in ids] for s, ids in lattice.nodes.items()}
+        attribution = [attribute(lattice, h, node_runs, settings.rng(f"attribution:{h.name}"), settings.n_boot,
+                                 settings.level) for h in heads]
+        b_entry = catalog[side_b.ids[0]]
+        for base, target in missing_nodes(lattice):
+            (adds,) = tuple(target - base)
+            factors = tuple(f for f in lattice.factors if f in target)
+            missing.append(missing_run(catalog, catalog[lattice.nodes[base][0]], b_entry, factors, adds))
+    return Comparison(side_a, side_b, comparable, diff, same_config, replicates, rows, attribution, lattice, missing,
+                      list(found.problems), notes, settings, runs_a, runs_b, catalog)
+
+
+def _notes(diff: FactorDiff, same_config: bool, comparable: bool, runs: list[RunData],
+           replicates: dict[str, list[str]]) -> list[str]:
+    notes = []
+    if not comparable:
+        notes.append("the tasks differ (compared because --allow-task-change was given): metrics of different "
+                     "tasks are not evidence that either stack is better")
+    if same_config:
+        which = "only in the seed" if diff.factors else "in no causal factor"
+        notes.append(f"A and B differ {which}: every difference below is run-to-run noise"
+                     + (f" (record fields that differ: {', '.join(sorted({c.path for c in diff.record}))})"
+                        if diff.record and not diff.factors else ""))
+    for run in runs:
+        if run.n_steps == 0:
+            notes.append(f"{run.label} has no step rows: its step metrics are unavailable")
+    for side, ids in replicates.items():
+        if ids:
+            notes.append(f"{side} has {len(ids)} replicate(s) in the ledger (identical but for the seed): tag them "
+                         "and compare with --group TAG=VALUE to test across runs")
+    return notes
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+def _share_json(metric: str, share: Share) -> dict[str, Any]:
+    return {"metric": metric, "factor": share.factors[0] if len(share.factors) == 1 else list(share.factors),
+            "share": share.share, "ci": list(share.ci), "spread": list(share.spread), "fraction": share.fraction}
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(c: Comparison) -> dict[str, Any]:
+    """The comparison as JSON-able data with stable keys (non-finite numbers as null)."""
+    data: dict[str, Any] = _finite(_to_json(c))
+    return data
+
+
+def _to_json(c: Comparison) -> dict[str, Any]:
+    return {
+        "a": c.a.to_json(c.catalog),
+        "b": c.b.to_json(c.catalog),
+        "comparable": c.comparable,
+        "same_config": c.same_config,
+        "changed_factors": [
+            {"factor": f, "changes": [{"path": ch.path, "a": ch.a, "b": ch.b} for ch in changes]}
+            for f, changes in c.diff.changed.items()
+        ],
+        "unchanged_factors": c.diff.unchanged,
+        "record_changes": [{"path": ch.path, "a": ch.a, "b": ch.b} for ch in c.diff.record],
+        "metrics": [row.to_json() for row in c.metrics],
+        "attribution": [_share_json(att.headline, s) for att in c.attribution for s in att.shares],
+        "attribution_totals": [
+            {
+                "metric": att.headline, "row": att.metric, "direction": att.direction, "total": att.total,
+                "ci": list(att.total_ci) if att.total_ci else None, "unexplained": att.unexplained,
+                "unexplained_ci": list(att.unexplained_ci) if att.unexplained_ci else None,
+                "orders": att.orders, "orders_possible": att.orders_possible, "shapley": att.shapley,
+                "paths": att.paths, "confounded": [_share_json(att.headline, s) for s in att.confounded],
+                "run_noise": att.run_noise, "reason": att.reason, "note": att.note,
+            }
+            for att in c.attribution
+        ],
+        "confounded": c.confounded(),
+        "missing_ablations": [m.to_json() for m in c.missing],
+        "lattice": None if c.lattice is None else {
+            "factors": list(c.lattice.factors),
+            "nodes": [{"factors": sorted(s), "ids": list(ids)} for s, ids in
+                      sorted(c.lattice.nodes.items(), key=lambda kv: (len(kv[0]), sorted(kv[0])))],
+            "edges": len(c.lattice.edges()),
+        },
+        "replicates": c.replicates,
+        "settings": asdict(c.settings),
+        "problems": c.problems,
+        "notes": c.notes,
+    }

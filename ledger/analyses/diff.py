@@ -1,0 +1,147 @@
+"""The factor diff of two receipts: every changed leaf field, grouped by the factor it belongs to.
+
+Fields of the ``record`` pseudo-factor (ids, times, names, summaries, launch overrides...) are bookkeeping
+and outcomes: they are shown, never counted as causes. A different **task** (dataset, tokenizer, objective,
+number of experts, top-k, quality gates: every field tagged ``task``) makes two runs incomparable unless
+the caller allows it (:func:`check_task`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.errors import BadInput
+from schemas import Factor, Receipt, flatten, leaves
+from schemas.factors import CAUSAL_FACTORS
+
+_SKIP_RECORD = ("artifacts", "summary.", "problems", "id", "run_uuid", "started_at", "ended_at", "duration_s")
+"""Record fields that differ between any two runs and say nothing about why (not shown in the diff)."""
+
+
+class TaskMismatch(BadInput):
+    """The two sides ran different tasks; the message names the fields (``--allow-task-change`` overrides)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed leaf field."""
+
+    path: str
+    """Dotted path, e.g. ``workload.precision.compute``."""
+    a: Any
+    """Value in A (JSON-able)."""
+    b: Any
+    """Value in B."""
+
+    def describe(self) -> str:
+        """``path: a -> b`` with long values summarised."""
+        return f"{self.path}: {summarize_change(self.path, self.a, self.b)}"
+
+
+@dataclass(frozen=True)
+class FactorDiff:
+    """Changed fields by factor."""
+
+    changed: dict[str, list[Change]]
+    """Causal factor -> its changed fields (factors in :data:`schemas.factors.CAUSAL_FACTORS` order)."""
+    unchanged: list[str]
+    """Causal factors with no changed field."""
+    record: list[Change] = field(default_factory=list)
+    """Changed bookkeeping fields (shown, never causes)."""
+
+    @property
+    def factors(self) -> list[str]:
+        """The changed causal factors."""
+        return list(self.changed)
+
+    @property
+    def task_changes(self) -> list[Change]:
+        """The changed fields of the task."""
+        return self.changed.get(Factor.TASK.value, [])
+
+
+_FACTORS = dict(leaves())
+
+
+def causal_leaves(receipt: Receipt) -> dict[str, Any]:
+    """Every causal leaf of a receipt (record fields dropped): path -> JSON-able value."""
+    return {p: v for p, v in flatten(receipt).items() if _FACTORS[p] is not Factor.RECORD}
+
+
+def factor_values(receipt: Receipt) -> dict[str, dict[str, Any]]:
+    """Causal factor -> {path: value} of its leaves; two receipts agree on a factor iff these are equal."""
+    out: dict[str, dict[str, Any]] = {f.value: {} for f in CAUSAL_FACTORS}
+    for path, value in causal_leaves(receipt).items():
+        out[_FACTORS[path].value][path] = value
+    return out
+
+
+def diff_leaves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
+    """The leaves whose values differ (a missing leaf counts as None)."""
+    return [Change(p, a.get(p), b.get(p)) for p in sorted(set(a) | set(b), key=_order(a, b)) if a.get(p) != b.get(p)]
+
+
+def _order(a: Mapping[str, Any], b: Mapping[str, Any]) -> Any:
+    keys = list(a) + [k for k in b if k not in a]
+    index = {k: i for i, k in enumerate(keys)}
+    return lambda k: index[k]
+
+
+def factor_diff(a: Receipt, b: Receipt, ignore: Iterable[str] = ()) -> FactorDiff:
+    """The changed leaves of two receipts grouped by factor; ``ignore``: causal factors left out (e.g. the
+    seed, when both sides are replicate groups)."""
+    skip = set(ignore)
+    flat_a, flat_b = flatten(a), flatten(b)
+    by_factor: dict[str, list[Change]] = {}
+    record: list[Change] = []
+    for change in diff_leaves(flat_a, flat_b):
+        factor = _FACTORS[change.path]
+        if factor is Factor.RECORD:
+            if not change.path.startswith(_SKIP_RECORD) and change.path not in _SKIP_RECORD:
+                record.append(change)
+        elif factor.value not in skip:
+            by_factor.setdefault(factor.value, []).append(change)
+    changed: dict[str, list[Change]] = {f.value: by_factor[f.value] for f in CAUSAL_FACTORS if f.value in by_factor}
+    unchanged = [f.value for f in CAUSAL_FACTORS if f.value not in changed and f.value not in skip]
+    return FactorDiff(changed, unchanged, record)
+
+
+def check_task(diff: FactorDiff, allow: bool) -> bool:
+    """True when the tasks match. Raises :class:`TaskMismatch` naming what differs unless ``allow``."""
+    changes = diff.task_changes
+    if not changes:
+        return True
+    if allow:
+        return False
+    shown = "; ".join(c.describe() for c in changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+    raise TaskMismatch(
+        f"the runs have different tasks ({shown}): they are not comparable; "
+        "pass --allow-task-change to compare them anyway"
+    )
+
+
+def summarize_change(path: str, a: Any, b: Any, limit: int = 80) -> str:
+    """``a -> b``, with package lists reduced to what changed and long values shortened."""
+    if path == "stack.software.packages" and isinstance(a, list) and isinstance(b, list):
+        return _packages(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b))
+        parts = [f"{k}: {_short(a.get(k), 24)} -> {_short(b.get(k), 24)}" for k in keys if a.get(k) != b.get(k)]
+        return "{" + ", ".join(parts[:4]) + (f", +{len(parts) - 4} more" if len(parts) > 4 else "") + "}"
+    return f"{_short(a, limit)} -> {_short(b, limit)}"
+
+
+def _packages(a: list[Any], b: list[Any]) -> str:
+    va = {str(p.get("name")): p.get("version") for p in a if isinstance(p, dict)}
+    vb = {str(p.get("name")): p.get("version") for p in b if isinstance(p, dict)}
+    names = sorted(set(va) | set(vb))
+    parts = [f"{n} {va.get(n) or '-'} -> {vb.get(n) or '-'}" for n in names if va.get(n) != vb.get(n)]
+    head = ", ".join(parts[:5]) + (f", +{len(parts) - 5} more" if len(parts) > 5 else "")
+    return f"{len(parts)} package(s) differ: {head}"
+
+
+def _short(value: Any, limit: int) -> str:
+    text = "-" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

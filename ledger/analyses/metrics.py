@@ -1,0 +1,744 @@
+"""Metrics side by side: a registry of metric providers and the statistics that turn two sides into a verdict.
+
+A **metric** says how to observe one quantity in a run (:class:`RunMetric`: per-run samples or one value)
+or in two sides at once (:class:`PairedMetric`: values at shared points, e.g. losses at matched token
+counts). A **provider** builds the metrics that apply to the runs being compared (evals per source, timing
+per phase...). :data:`BUILTIN` holds this module's providers; :func:`providers` adds the ``METRICS`` of
+every other module of :mod:`ledger.analyses`, so a new analysis plugs in without editing this file.
+
+How a row is decided (:func:`compare_metric`):
+
+- one run per side, with samples (post-warm-up steps are samples): a rank test (Mann-Whitney for
+  independent samples, Wilcoxon signed-rank for paired values) and a percentile bootstrap CI of the
+  ratio B/A (or of the difference B - A for metrics on a difference scale);
+- several runs on a side (a replicate group): each run gives one value, and a pooled two-sample t-test
+  of those values (of their logs on a ratio scale) gives p and the CI: between-run variance;
+- one value per run and no group: no test. Deterministic quantities (memory) are judged by the noise
+  threshold alone; others are ``untested`` when they differ by more than the threshold;
+- a change counts only when it is significant (p < alpha) **and** larger than the metric's noise
+  threshold; the verdict is then better or worse by the metric's direction (``higher``/``lower`` when a
+  metric has no better direction), else ``no significant difference``;
+- a metric that cannot be computed on a side is ``unavailable`` with the reason, never zero.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ledger.analyses import matched, stats
+from ledger.analyses.peaks import Peak, peak_flops
+from ledger.analyses.series import RunData
+
+Direction = Literal["higher", "lower", "none"]
+"""Which way is better: higher, lower, or none (a change is only higher or lower)."""
+Scale = Literal["ratio", "delta"]
+"""ratio: relative threshold and a CI of B/A; delta: absolute threshold and a CI of B - A."""
+Statistic = Literal["median", "p90", "mean", "count", "value"]
+
+RANK_TEST_MAX = 20_000
+"""The rank tests use at most this many evenly spaced samples per side (the bootstrap uses all of them)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Statistical settings of a comparison."""
+
+    alpha: float = 0.05
+    """Significance level of the tests."""
+    level: float = 0.95
+    """Confidence level of the intervals."""
+    n_boot: int = 2000
+    """Bootstrap draws."""
+    seed: int = 0
+    """Seed of the bootstrap (each metric draws from its own stream, seeded by this and its name)."""
+    noise: float | None = None
+    """Overrides every ratio-scale metric's relative noise threshold when set."""
+
+    def rng(self, name: str) -> np.random.Generator:
+        """The metric's own random stream: results never depend on which other metrics ran."""
+        return np.random.default_rng([self.seed, zlib.crc32(name.encode())])
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a metric is and how it is judged."""
+
+    name: str
+    """Row name, e.g. ``tokens/s per device``."""
+    family: str
+    """Section of the report: throughput, step time, loss, evals, routing, timing, stability, memory, energy."""
+    unit: str
+    """Unit of a and b."""
+    direction: Direction
+    """Which way is better."""
+    threshold: float
+    """Noise threshold: relative (0.05 = 5%) on a ratio scale, absolute (in ``unit``) on a delta scale."""
+    scale: Scale = "ratio"
+    """ratio or delta."""
+    statistic: Statistic = "median"
+    """How a run's samples become its value."""
+    deterministic: bool = False
+    """One value per run is reliable (judged by the threshold alone when it cannot be tested)."""
+    note: str = ""
+    """How the metric is computed (shown with the row)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One run's evidence for one metric: samples, or one value, or the reason there is none."""
+
+    value: float | None
+    """The run's value (its statistic over the samples), None when unavailable."""
+    samples: NDArray[np.float64] | None = None
+    """Within-run samples (post-warm-up steps), when the metric has them."""
+    reason: str | None = None
+    """Why the value is unavailable."""
+    note: str = ""
+    """Detail for this run (e.g. which peak FLOP/s)."""
+
+
+def unavailable(reason: str) -> Observation:
+    """An observation that cannot be made, with the reason."""
+    return Observation(None, None, reason)
+
+
+@dataclass(frozen=True)
+class RunMetric:
+    """A metric observed in each run on its own."""
+
+    spec: Spec
+    observe: Callable[[RunData], Observation]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Values of both sides at shared points (rows: points; columns: runs), or the reason there are none."""
+
+    a: NDArray[np.float64]
+    b: NDArray[np.float64]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PairedMetric:
+    """A metric observed on both sides at once, at shared points (matched tokens or wall time)."""
+
+    spec: Spec
+    observe: Callable[[Sequence[RunData], Sequence[RunData]], Paired | str]
+
+
+Metric = RunMetric | PairedMetric
+
+
+@dataclass(frozen=True)
+class MetricProvider:
+    """Builds the metrics that apply to two sides (e.g. one row per eval source present)."""
+
+    family: str
+    """What the provider measures."""
+    build: Callable[[Sequence[RunData], Sequence[RunData]], list[Metric]]
+    """(runs of A, runs of B) -> metrics."""
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One metric side by side."""
+
+    name: str
+    family: str
+    unit: str
+    direction: Direction
+    a: float | None
+    """A's value (the mean over its runs for a group)."""
+    b: float | None
+    delta: float | None
+    """b - a."""
+    ratio: float | None
+    """b / a (None when a is 0 or the values are not positive)."""
+    ci: tuple[float, float] | None
+    """Confidence interval of the ratio (``ci_of`` = ratio) or of the delta."""
+    ci_of: Literal["ratio", "delta"] | None
+    p_value: float | None
+    test: str | None
+    """mann-whitney, wilcoxon, t-test, or None."""
+    n: tuple[int, int]
+    """Samples (within-run tests) or runs (t-test) per side."""
+    threshold: float
+    scale: Scale
+    verdict: str
+    """better, worse, higher, lower, no significant difference, untested, unavailable."""
+    reason: str | None = None
+    """Why the metric is unavailable or untested."""
+    note: str = ""
+    headline: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The row with stable keys."""
+        return {
+            "name": self.name, "family": self.family, "unit": self.unit, "direction": self.direction,
+            "a": self.a, "b": self.b, "delta": self.delta, "ratio": self.ratio,
+            "ci": list(self.ci) if self.ci is not None else None, "ci_of": self.ci_of,
+            "p_value": self.p_value, "test": self.test, "n": list(self.n), "threshold": self.threshold,
+            "scale": self.scale, "verdict": self.verdict, "reason": self.reason, "note": self.note,
+        }
+
+
+# ------------------------------------------------------------------------------------------ the engine
+def _statistic(samples: NDArray[np.float64], statistic: Statistic) -> float:
+    if statistic == "median":
+        return float(np.median(samples))
+    if statistic == "p90":
+        return float(np.quantile(samples, 0.9))
+    if statistic == "count":
+        return float(samples.sum())
+    return float(samples.mean())
+
+
+def _draws(samples: NDArray[np.float64], statistic: Statistic, rng: np.random.Generator, n: int) -> NDArray[np.float64]:
+    if statistic == "median":
+        return stats.bootstrap_quantile(samples, 0.5, rng, n)
+    if statistic == "p90":
+        return stats.bootstrap_quantile(samples, 0.9, rng, n)
+    if statistic == "count":
+        return stats.bootstrap_mean(samples, rng, n) * samples.size
+    return stats.bootstrap_mean(samples, rng, n)
+
+
+def _thin(x: NDArray[np.float64], limit: int = RANK_TEST_MAX) -> NDArray[np.float64]:
+    if x.size <= limit:
+        return x
+    return x[np.linspace(0, x.size - 1, limit).round().astype(np.int64)]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or a == 0 or not (a > 0 and b >= 0):
+        return None
+    return b / a
+
+
+def _verdict(spec: Spec, a: float, b: float, p: float | None, threshold: float, alpha: float) -> tuple[str, str | None]:
+    if spec.scale == "ratio" and a > 0 and b > 0:
+        effect = math.log(b / a)
+        big = abs(effect) > math.log1p(threshold)
+    else:
+        effect = b - a
+        big = abs(effect) > (threshold * abs(a) if spec.scale == "ratio" else threshold)
+    if not big:
+        return "no significant difference", None
+    if p is None:
+        if not spec.deterministic:
+            return "untested", "one value per run: record replicates (other seeds) and compare groups to test it"
+    elif not p < alpha:
+        return "no significant difference", None
+    if spec.direction == "none":
+        return ("higher" if effect > 0 else "lower"), None
+    better = effect > 0 if spec.direction == "higher" else effect < 0
+    return ("better" if better else "worse"), None
+
+
+def _ci_from_draws(spec: Spec, da: NDArray[np.float64], db: NDArray[np.float64], level: float) -> tuple[
+        tuple[float, float] | None, Literal["ratio", "delta"]]:
+    if spec.scale == "ratio" and (da > 0).all() and (db >= 0).all():
+        return stats.percentile_interval(db / da, level), "ratio"
+    return stats.percentile_interval(db - da, level), "delta"
+
+
+def compare_metric(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[RunData],
+                   settings: Settings) -> MetricRow:
+    """One row: both sides' values, delta, ratio, CI, test and verdict (see the module docstring)."""
+    spec = metric.spec
+    threshold = settings.noise if settings.noise is not None and spec.scale == "ratio" else spec.threshold
+    rng = settings.rng(spec.name)
+    if isinstance(metric, PairedMetric):
+        return _compare_paired(metric, runs_a, runs_b, settings, threshold, rng)
+    obs_a = [metric.observe(r) for r in runs_a]
+    obs_b = [metric.observe(r) for r in runs_b]
+    notes = sorted({o.note for o in obs_a + obs_b if o.note})
+    note = "; ".join([spec.note, *notes] if spec.note else notes)
+    missing = [(side, r, o) for side, runs, obs in (("A", runs_a, obs_a), ("B", runs_b, obs_b))
+               for r, o in zip(runs, obs, strict=True) if o.value is None]
+    if missing:
+        side, run, o = missing[0]
+        single = len(runs_a) == 1 if side == "A" else len(runs_b) == 1
+        label = side if single else f"{side} {run.label}"
+        return _row(spec, None, None, None, None, None, None, (0, 0), threshold, "unavailable",
+                    f"{label}: {o.reason}", note)
+    va = [float(o.value) for o in obs_a if o.value is not None]
+    vb = [float(o.value) for o in obs_b if o.value is not None]
+    a, b = float(np.mean(va)), float(np.mean(vb))
+    if len(runs_a) == 1 and len(runs_b) == 1:
+        sa, sb = obs_a[0].samples, obs_b[0].samples
+        if sa is not None and sb is not None and sa.size >= 2 and sb.size >= 2:
+            test = stats.mann_whitney(_thin(sa), _thin(sb))
+            da = _draws(sa, spec.statistic, rng, settings.n_boot)
+            db = _draws(sb, spec.statistic, rng, settings.n_boot)
+            ci, ci_of = _ci_from_draws(spec, da, db, settings.level)
+            verdict, why = _verdict(spec, a, b, test.p_value, threshold, settings.alpha)
+            return _row(spec, a, b, test.p_value, "mann-whitney", ci, ci_of, (sa.size, sb.size), threshold,
+                        verdict, why, note)
+        verdict, why = _verdict(spec, a, b, None, threshold, settings.alpha)
+        return _row(spec, a, b, None, None, None, None, (1, 1), threshold, verdict, why, note)
+    return _group_row(spec, va, vb, settings, threshold, note)
+
+
+def _group_row(spec: Spec, va: list[float], vb: list[float], settings: Settings, threshold: float,
+               note: str) -> MetricRow:
+    a, b = float(np.mean(va)), float(np.mean(vb))
+    log_scale = spec.scale == "ratio" and min(va + vb) > 0
+    xa = np.log(va) if log_scale else np.asarray(va)
+    xb = np.log(vb) if log_scale else np.asarray(vb)
+    t = stats.pooled_t(xa, xb, settings.level)
+    if t is None:
+        verdict, why = _verdict(spec, a, b, None, threshold, settings.alpha)
+        return _row(spec, a, b, None, None, None, None, (len(va), len(vb)), threshold, verdict, why, note)
+    ci = (math.exp(t.ci[0]), math.exp(t.ci[1])) if log_scale else t.ci
+    verdict, why = _verdict(spec, a, b, t.p_value, threshold, settings.alpha)
+    return _row(spec, a, b, t.p_value, "t-test", ci, "ratio" if log_scale else "delta", (len(va), len(vb)),
+                threshold, verdict, why, note + ("; " if note else "") + f"between runs, df={t.df}")
+
+
+def _compare_paired(metric: PairedMetric, runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
+                    threshold: float, rng: np.random.Generator) -> MetricRow:
+    spec = metric.spec
+    got = metric.observe(runs_a, runs_b)
+    if isinstance(got, str):
+        return _row(spec, None, None, None, None, None, None, (0, 0), threshold, "unavailable", got, spec.note)
+    note = "; ".join(x for x in (spec.note, got.note) if x)
+    va = [float(v) for v in got.a.mean(axis=0)]
+    vb = [float(v) for v in got.b.mean(axis=0)]
+    a, b = float(np.mean(va)), float(np.mean(vb))
+    if got.a.shape[1] == 1 and got.b.shape[1] == 1:
+        d = got.b[:, 0] - got.a[:, 0]
+        test = stats.wilcoxon_signed_rank(d)
+        draws = stats.paired_bootstrap_means(np.column_stack([got.a[:, 0], got.b[:, 0]]), rng, settings.n_boot)
+        ci, ci_of = _ci_from_draws(spec, draws[:, 0], draws[:, 1], settings.level)
+        verdict, why = _verdict(spec, a, b, test.p_value, threshold, settings.alpha)
+        return _row(spec, a, b, test.p_value, "wilcoxon", ci, ci_of, (got.a.shape[0], got.b.shape[0]), threshold,
+                    verdict, why, note)
+    return _group_row(spec, va, vb, settings, threshold, note)
+
+
+def _row(spec: Spec, a: float | None, b: float | None, p: float | None, test: str | None,
+         ci: tuple[float, float] | None, ci_of: Literal["ratio", "delta"] | None, n: tuple[int, int],
+         threshold: float, verdict: str, reason: str | None, note: str) -> MetricRow:
+    delta = b - a if a is not None and b is not None else None
+    return MetricRow(spec.name, spec.family, spec.unit, spec.direction, a, b, delta, _ratio(a, b), ci, ci_of, p,
+                     test, n, threshold, spec.scale, verdict, reason, note)
+
+
+# ------------------------------------------------------------------------------------- built-in metrics
+def _steady(run: RunData, column: str) -> NDArray[np.float64]:
+    x = np.asarray(run.steps.get(column, np.empty(0)), dtype=np.float64)
+    if x.size != run.n_steps:
+        return np.empty(0)
+    x = x[run.steady]
+    return x[np.isfinite(x)]
+
+
+def _sample_obs(samples: NDArray[np.float64], statistic: Statistic, missing: str, note: str = "") -> Observation:
+    if samples.size == 0:
+        return unavailable(missing)
+    return Observation(_statistic(samples, statistic), samples, None, note)
+
+
+def tokens_per_s_per_device(run: RunData) -> NDArray[np.float64] | str:
+    """Per-step tokens/s per device over the steady steps (logged, or tokens / step time), or why not."""
+    if "tokens_per_s_per_device" not in run.memo:
+        run.memo["tokens_per_s_per_device"] = _tokens_per_s_per_device(run)
+    found: NDArray[np.float64] | str = run.memo["tokens_per_s_per_device"]
+    return found
+
+
+def _tokens_per_s_per_device(run: RunData) -> NDArray[np.float64] | str:
+    if run.n_steps == 0:
+        return "no step rows"
+    tps = np.asarray(run.steps["tokens_per_s"], dtype=np.float64)
+    if not np.isfinite(tps).any():
+        tokens = np.asarray(run.steps["tokens"], dtype=np.float64)
+        st = np.asarray(run.steps["step_time_s"], dtype=np.float64)
+        per_step = np.diff(np.r_[0.0, tokens])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tps = per_step / st
+        if not np.isfinite(tps).any():
+            return "neither tokens_per_s nor tokens and step_time_s logged"
+    x = tps[run.steady]
+    x = x[np.isfinite(x)] / run.devices
+    return x if x.size else "no finite throughput after warm-up"
+
+
+def _throughput(run: RunData) -> Observation:
+    x = tokens_per_s_per_device(run)
+    if isinstance(x, str):
+        return unavailable(x)
+    return Observation(float(np.median(x)), x, None, f"{run.devices} device(s)" if run.devices > 1 else "")
+
+
+def _tflops(run: RunData) -> NDArray[np.float64] | str:
+    x = tokens_per_s_per_device(run)
+    if isinstance(x, str):
+        return x
+    fpt = run.flops_per_token
+    if fpt is not None:
+        return x * fpt / 1e12
+    flops = _steady(run, "flops_per_s")
+    if flops.size:
+        return flops / run.devices / 1e12
+    return "model FLOPs per token unknown (workload lacks active_params, layers, hidden or sequence_length)"
+
+
+def _tflops_obs(run: RunData) -> Observation:
+    x = _tflops(run)
+    if isinstance(x, str):
+        return unavailable(x)
+    return Observation(float(np.median(x)), x)
+
+
+def _mfu_obs(run: RunData) -> Observation:
+    peak = peak_flops(run.gpu_model, run.precision)
+    if not isinstance(peak, Peak):
+        return unavailable(peak)
+    x = _tflops(run)
+    if isinstance(x, str):
+        return unavailable(x)
+    x = x * 1e12 / peak.flops
+    return Observation(float(np.median(x)), x, None, peak.label)
+
+
+def _step_time(statistic: Statistic) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        if run.n_steps == 0:
+            return unavailable("no step rows")
+        return _sample_obs(_steady(run, "step_time_s"), statistic, "step_time_s not logged")
+
+    return observe
+
+
+def _throughput_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    note = "median over steps after warm-up, step-time outliers (MAD) removed"
+    return [
+        RunMetric(Spec("tokens/s per device", "throughput", "tokens/s", "higher", 0.05, note=note), _throughput),
+        RunMetric(Spec("TFLOP/s per device", "throughput", "TFLOP/s", "higher", 0.05,
+                       note="model FLOPs per token = 6 x active params + 12 x layers x hidden x seq"), _tflops_obs),
+        RunMetric(Spec("MFU", "throughput", "fraction", "higher", 0.05), _mfu_obs),
+        RunMetric(Spec("step time (median)", "step time", "s", "lower", 0.05, note=note), _step_time("median")),
+        RunMetric(Spec("step time (p90)", "step time", "s", "lower", 0.05, statistic="p90"), _step_time("p90")),
+    ]
+
+
+def loss_curve_metric(axis: matched.Axis) -> PairedMetric:
+    """Training loss at matched tokens (axis "tokens") or matched training wall time (axis "time")."""
+    name = "loss @ matched tokens" if axis == "tokens" else "loss @ matched wall time"
+
+    def observe(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> Paired | str:
+        curves = []
+        for side, runs in (("A", runs_a), ("B", runs_b)):
+            for r in runs:
+                c = matched.curve(r, axis)
+                if isinstance(c, str):
+                    return f"{side} {r.label}: {c}"
+                curves.append(c)
+        grid = matched.common_grid(curves)
+        if isinstance(grid, str):
+            return grid
+        values = matched.matched_values(curves, grid)
+        return Paired(values[:, : len(runs_a)], values[:, len(runs_a) :], matched.describe(axis, grid))
+
+    return PairedMetric(Spec(name, "loss", "loss", "lower", 0.01, statistic="mean"), observe)
+
+
+def _loss_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    return [loss_curve_metric("tokens"), loss_curve_metric("time")]
+
+
+def rare_sources(run: RunData) -> set[str]:
+    """Sources called rare by the data generator or restricted by a quality gate."""
+    out = set()
+    rare = run.receipt.workload.data.generator.get("rare_source")
+    if isinstance(rare, str):
+        out.add(rare)
+    out.update(g.source for g in run.receipt.workload.task.quality_gates if g.source)
+    return out
+
+
+def _eval_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (str(row["split"] or "all"), str(row["source"] or "all"), str(row["metric"]))
+
+
+def _eval_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    runs = [*a, *b]
+    keys: dict[tuple[str, str, str], None] = {}
+    for r in runs:
+        for row in r.evals:
+            keys.setdefault(_eval_key(row))
+    rare = set().union(*(rare_sources(r) for r in runs)) if runs else set()
+    out: list[Metric] = []
+    for key in keys:
+        points = [{(row["tokens"] if row["tokens"] is not None else row["step"]) for row in r.evals
+                   if _eval_key(row) == key and row["value"] is not None and math.isfinite(row["value"])} for r in runs]
+        common = set.intersection(*points) if all(points) else set()
+        at = max(common) if common else None
+        split, source, metric = key
+        lower = metric.lower() in ("loss", "perplexity", "ppl", "error", "wer", "cer", "nll")
+        higher = metric.lower() in ("accuracy", "acc", "f1", "bleu", "exact_match", "em", "pass@1")
+        direction: Direction = "lower" if lower else "higher" if higher else "none"
+        name = f"eval {split}/{source}/{metric}" + (" (rare)" if source in rare else "")
+        unit = "tokens" if _by_tokens(runs, key) else "step"
+        how = f"at the last eval both sides ran ({unit} {at:,})" if at is not None else ""
+        out.append(RunMetric(Spec(name, "evals", metric, direction, 0.01, statistic="value", note=how),
+                             _eval_observer(key, at)))
+    return out
+
+
+def _by_tokens(runs: Sequence[RunData], key: tuple[str, str, str]) -> bool:
+    return all(row["tokens"] is not None for r in runs for row in r.evals if _eval_key(row) == key)
+
+
+def _eval_observer(key: tuple[str, str, str], at: Any) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        rows = [row for row in run.evals if _eval_key(row) == key and row["value"] is not None
+                and math.isfinite(row["value"])]
+        if not rows:
+            return unavailable(f"no {'/'.join(key)} eval")
+        if at is None:
+            return unavailable("the sides never evaluated at the same token count or step")
+        hit = [row for row in rows if (row["tokens"] if row["tokens"] is not None else row["step"]) == at]
+        return Observation(float(hit[-1]["value"]), None)
+
+    return observe
+
+
+def _routing_samples(run: RunData, what: str) -> NDArray[np.float64] | str:
+    r = run.routing
+    if not r or r.get("step") is None or r["step"].size == 0:
+        return "no routing rows (a dense model, or routing not logged)"
+    first = float(run.steps["step"][run.warmup]) if run.n_steps > run.warmup else -math.inf
+    keep = r["step"] >= first
+    e = r["experts"][keep].astype(np.float64)
+    n = r["n_sum"][keep].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = n / e
+        if what == "cv":
+            x = r["n_std"][keep] / mean
+        elif what == "max_mean":
+            x = r["n_max"][keep] / mean
+        elif what == "dropped":
+            x = 100.0 * r["d_sum"][keep] / n
+        elif what == "entropy":
+            x = r["entropy"][keep]
+        elif what == "load_entropy":
+            x = (np.log(n) - r["n_log_n"][keep] / n) / np.log(e)
+        else:  # capacity waste
+            c = r["c_sum"][keep]
+            x = (c - (n - r["d_sum"][keep])) / c
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"entropy": "router entropy not logged", "waste": "no capacity (dropless routing)"}.get(
+            what, "no routing rows after warm-up")
+    return x
+
+
+def _routing_observer(what: str) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        x = _routing_samples(run, what)
+        return unavailable(x) if isinstance(x, str) else Observation(float(x.mean()), x)
+
+    return observe
+
+
+def _routing_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    note = "mean over (step, MoE layer) after warm-up"
+    return [
+        RunMetric(Spec("load CV", "routing", "", "lower", 0.05, statistic="mean", note=note + "; std(n)/mean(n)"),
+                  _routing_observer("cv")),
+        RunMetric(Spec("max/mean load", "routing", "", "lower", 0.05, statistic="mean"), _routing_observer("max_mean")),
+        RunMetric(Spec("load entropy", "routing", "", "higher", 0.01, statistic="mean",
+                       note="-sum(q log q)/log E, 1 = even"), _routing_observer("load_entropy")),
+        RunMetric(Spec("dropped tokens", "routing", "%", "lower", 0.1, scale="delta", statistic="mean",
+                       note="sum(d)/(T x k); threshold in percentage points"), _routing_observer("dropped")),
+        RunMetric(Spec("capacity waste", "routing", "fraction", "lower", 0.02, scale="delta", statistic="mean"),
+                  _routing_observer("waste")),
+        RunMetric(Spec("router entropy", "routing", "", "none", 0.01, statistic="mean",
+                       note="mean over tokens of -sum(p log p) / log E"), _routing_observer("entropy")),
+    ]
+
+
+def _timing_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    phases: dict[str, None] = {}
+    for r in [*a, *b]:
+        for p in r.timing:
+            phases.setdefault(p)
+    return [RunMetric(Spec(f"time: {p}", "timing", "s", "lower", 0.05, note="median per step after warm-up"),
+                      _phase_observer(p)) for p in phases]
+
+
+def _phase_observer(phase: str) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        t = run.timing.get(phase)
+        if t is None:
+            return unavailable(f"phase {phase!r} not timed" if run.timing else "no timing rows")
+        first = float(run.steps["step"][run.warmup]) if run.n_steps > run.warmup else -math.inf
+        x = np.asarray(t["seconds"][t["step"] >= first], dtype=np.float64)
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return unavailable(f"phase {phase!r} not timed after warm-up")
+        x = x[stats.mad_keep(x)]
+        return Observation(float(np.median(x)), x)
+
+    return observe
+
+
+def _spike_block(n: int) -> int:
+    return max(10, min(50, n // 20))
+
+
+def _stability_observer(what: str) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        if run.n_steps == 0:
+            return unavailable("no step rows")
+        loss = np.asarray(run.steps["loss"], dtype=np.float64)
+        if what == "nonfinite":
+            skipped = np.asarray(run.steps["skipped"], dtype=np.float64)
+            hits = (np.asarray(run.steps["loss_nonfinite"], dtype=np.float64) == 1) | (skipped == 1)
+            return Observation(float(hits.sum()), hits.astype(np.float64), None, f"of {loss.size} steps")
+        column = "grad_norm" if what == "grad" else "loss"
+        x = np.asarray(run.steps[column], dtype=np.float64)
+        if not np.isfinite(x).any():
+            return unavailable(f"{column} not logged")
+        ratio = 3.0 if what == "grad" else 1.1
+        hits = stats.spikes(x, block=_spike_block(x.size), ratio=ratio)[run.warmup :]
+        return Observation(float(hits.sum()), hits.astype(np.float64), None, f"of {hits.size} steps after warm-up")
+
+    return observe
+
+
+def _stability_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    return [
+        RunMetric(Spec("grad-norm spikes", "stability", "steps", "lower", 0.5, scale="delta", statistic="count",
+                       note="grad norm > 3x and > 6 robust SD above the previous block's median"),
+                  _stability_observer("grad")),
+        RunMetric(Spec("loss spikes", "stability", "steps", "lower", 0.5, scale="delta", statistic="count",
+                       note="loss > 1.1x and > 6 robust SD above the previous block's median"),
+                  _stability_observer("loss")),
+        RunMetric(Spec("NaN/inf or skipped steps", "stability", "steps", "lower", 0.5, scale="delta",
+                       statistic="count"), _stability_observer("nonfinite")),
+    ]
+
+
+def _device_memory_obs(run: RunData) -> Observation:
+    mem = np.asarray(run.steps.get("memory_bytes", np.empty(0)), dtype=np.float64)
+    mem = mem[np.isfinite(mem)]
+    if mem.size:
+        return Observation(float(mem.max()) / 2**30, None, None, "peak of the steps' memory_bytes")
+    devices = run.telemetry.get("device")
+    tele = np.asarray(run.telemetry.get("memory_bytes", np.empty(0)), dtype=np.float64)
+    if devices is not None and tele.size:
+        gpu = np.array([str(d).startswith(("gpu", "cuda")) for d in devices.tolist()], dtype=np.bool_)
+        used = tele[gpu & np.isfinite(tele)]
+        if used.size:
+            return Observation(float(used.max()) / 2**30, None, None, "GPU memory in use sampled by telemetry")
+    return unavailable("no device memory logged (CPU run, or memory_bytes not logged)")
+
+
+def _host_memory_obs(run: RunData) -> Observation:
+    devices = run.telemetry.get("device")
+    tele = np.asarray(run.telemetry.get("memory_bytes", np.empty(0)), dtype=np.float64)
+    if devices is None or not tele.size:
+        return unavailable("no telemetry")
+    host = np.array([str(d) == "host" for d in devices.tolist()], dtype=np.bool_)
+    used = tele[host & np.isfinite(tele)]
+    if not used.size:
+        return unavailable("host memory not sampled")
+    return Observation(float(used.max()) / 2**30, None, None, "memory in use on the whole node (other processes too)")
+
+
+def _energy_obs(run: RunData) -> Observation:
+    s = run.receipt.summary
+    if s.energy_j is None:
+        return unavailable(f"energy {s.energy_method}")
+    return Observation(s.energy_j, None, None, s.energy_method)
+
+
+def _energy_per_token_obs(run: RunData) -> Observation:
+    s = run.receipt.summary
+    if s.energy_j is None:
+        return unavailable(f"energy {s.energy_method}")
+    if not s.tokens:
+        return unavailable("tokens not logged")
+    return Observation(s.energy_j / s.tokens, None, None, s.energy_method)
+
+
+def _resource_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
+    return [
+        RunMetric(Spec("peak device memory", "memory", "GiB", "lower", 0.02, statistic="value", deterministic=True),
+                  _device_memory_obs),
+        RunMetric(Spec("peak host memory", "memory", "GiB", "lower", 0.05, statistic="value"), _host_memory_obs),
+        RunMetric(Spec("energy", "energy", "J", "lower", 0.05, statistic="value"), _energy_obs),
+        RunMetric(Spec("energy per token", "energy", "J/token", "lower", 0.05, statistic="value"),
+                  _energy_per_token_obs),
+    ]
+
+
+BUILTIN: tuple[MetricProvider, ...] = (
+    MetricProvider("throughput and step time", _throughput_metrics),
+    MetricProvider("loss at matched tokens and wall time", _loss_metrics),
+    MetricProvider("final evals per source", _eval_metrics),
+    MetricProvider("routing balance", _routing_metrics),
+    MetricProvider("timing per phase", _timing_metrics),
+    MetricProvider("stability", _stability_metrics),
+    MetricProvider("memory and energy", _resource_metrics),
+)
+"""This module's providers, in report order."""
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """What the other modules of :mod:`ledger.analyses` contribute."""
+
+    metrics: list[MetricProvider] = field(default_factory=list)
+    headlines: list[Any] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Modules that failed to import (their metrics are missing; the comparison still runs)."""
+
+
+def plugins() -> Plugins:
+    """``METRICS`` and ``HEADLINES`` of every module of :mod:`ledger.analyses` (imported on demand)."""
+    import ledger.analyses as package
+
+    found = Plugins()
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        try:
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+        except Exception as exc:  # one broken analysis must not take compare down with it
+            found.problems.append(f"ledger.analyses.{info.name} failed to import: {str(exc).splitlines()[0]}")
+            continue
+        found.metrics.extend(getattr(module, "METRICS", ()))
+        found.headlines.extend(getattr(module, "HEADLINES", ()))
+    return found
+
+
+def providers() -> list[MetricProvider]:
+    """The built-in providers followed by those of the other analysis modules."""
+    return [*BUILTIN, *plugins().metrics]
+
+
+def compare_all(runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
+                extra: Sequence[MetricProvider] = (), headline_rows: Iterable[str] = ()) -> list[MetricRow]:
+    """Every metric of the built-in providers and of ``extra``, side by side; rows named in
+    ``headline_rows`` are flagged as headlines."""
+    flagged = set(headline_rows)
+    rows: list[MetricRow] = []
+    for provider in [*BUILTIN, *extra]:
+        for metric in provider.build(runs_a, runs_b):
+            row = compare_metric(metric, runs_a, runs_b, settings)
+            rows.append(replace(row, headline=row.name in flagged))
+    return rows

@@ -1,0 +1,256 @@
+"""A run's metric tables as numpy columns (:class:`RunData`), loaded from the DuckDB index.
+
+Only the lowest rank that logged steps is read (as the receipt summary does); routing is summed over
+ranks per (step, layer, expert) and reduced per (step, layer) in SQL, so a run with millions of routing
+rows arrives as one row per logged layer and step. Nulls become NaN. Everything downstream is a pure
+function of :class:`RunData`.
+
+Warm-up (one meaning everywhere, as the receipt summary): the first 10% of logged steps, at least 1 when
+there is more than one (:func:`ledger.summary.warmup_cut`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import duckdb
+import numpy as np
+from numpy.typing import NDArray
+
+from ledger.analyses.stats import mad_keep
+from ledger.summary import warmup_cut
+from schemas import Receipt
+
+Columns = dict[str, NDArray[Any]]
+
+STEP_COLUMNS = (
+    "step", "tokens", "time", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s",
+    "memory_bytes", "skipped",
+)
+
+_ROUTING_SQL = """
+WITH per_expert AS (
+    SELECT step, layer, expert, sum(tokens) AS n, sum(coalesce(dropped, 0)) AS d, sum(capacity) AS c,
+           avg(entropy) AS h
+    FROM routing WHERE receipt_id = $1 GROUP BY step, layer, expert
+)
+SELECT step, layer, count(*) AS experts, sum(n) AS n_sum, stddev_pop(n) AS n_std, max(n) AS n_max,
+       sum(d) AS d_sum, sum(c) AS c_sum, avg(h) AS entropy,
+       sum(CASE WHEN n > 0 THEN n * ln(n) ELSE 0 END) AS n_log_n
+FROM per_expert GROUP BY step, layer ORDER BY step, layer
+"""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One receipt and its metric tables as columns (NaN for nulls)."""
+
+    id: str
+    """Receipt id."""
+    receipt: Receipt
+    """The receipt."""
+    steps: Columns
+    """Lowest rank's step rows sorted by step: :data:`STEP_COLUMNS`, and ``loss_nonfinite`` (1 where the loss
+    was NaN or infinite, 0 where it was finite or not logged)."""
+    evals: list[dict[str, Any]]
+    """Eval rows (step, tokens, split, source, metric, value) sorted by step."""
+    routing: Columns
+    """Per (step, layer): experts, n_sum, n_std, n_max, d_sum, c_sum, entropy, n_log_n."""
+    timing: dict[str, Columns]
+    """Phase -> {step, seconds} (mean over ranks)."""
+    telemetry: Columns = field(default_factory=dict)
+    """Telemetry rows: time, device, power_w, energy_j, memory_bytes."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Event rows (rank, time, kind, step, attempt, detail) in time order."""
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Values derived from the tables, computed once (e.g. the steady throughput samples)."""
+
+    @property
+    def label(self) -> str:
+        """Name and short id, e.g. ``bf16 (6635a6b9)``."""
+        return f"{self.receipt.name} ({self.id[:8]})" if self.receipt.name else self.id[:12]
+
+    @property
+    def n_steps(self) -> int:
+        """Logged step rows."""
+        return int(self.steps["step"].size) if "step" in self.steps else 0
+
+    @cached_property
+    def warmup(self) -> int:
+        """Step rows dropped as warm-up."""
+        return warmup_cut(self.n_steps)
+
+    @cached_property
+    def steady(self) -> NDArray[np.bool_]:
+        """Step rows after warm-up whose step time is not an outlier (:func:`ledger.analyses.stats.mad_keep`);
+        every row after warm-up when step times were not logged."""
+        mask = np.zeros(self.n_steps, dtype=np.bool_)
+        mask[self.warmup :] = True
+        st = np.asarray(self.steps.get("step_time_s", np.empty(0)), dtype=np.float64)
+        if st.size and np.isfinite(st[self.warmup :]).any():
+            mask[self.warmup :] &= mad_keep(st[self.warmup :])
+        return mask
+
+    def after_warmup(self, column: str) -> NDArray[np.float64]:
+        """A step column without the warm-up rows."""
+        return np.asarray(self.steps[column][self.warmup :], dtype=np.float64)
+
+    @property
+    def devices(self) -> int:
+        """Devices the run used: the world size (ranks), else the GPU count, else 1."""
+        w = self.receipt.workload.parallelism.world_size or self.receipt.stack.launcher.world_size
+        return int(w) if w and w > 0 else 1
+
+    @property
+    def flops_per_token(self) -> float | None:
+        """Model FLOPs per token (DESIGN.md): 6 x active parameters + 12 x layers x hidden x sequence length;
+        None when the workload lacks one of them."""
+        wl = self.receipt.workload
+        active, layers, hidden = wl.model.active_params, wl.model.layers, wl.model.hidden
+        seq = wl.data.sequence_length
+        if not (active and layers and hidden and seq):
+            return None
+        return 6.0 * active + 12.0 * layers * hidden * seq
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The GPU model the run used (None on CPU)."""
+        if self.receipt.workload.device == "cpu":
+            return None
+        return self.receipt.stack.hardware.gpu_model
+
+    @property
+    def precision(self) -> str | None:
+        """The precision policy's name (fp32, bf16, fp8...)."""
+        return self.receipt.workload.precision.compute
+
+    @property
+    def train_time(self) -> NDArray[np.float64]:
+        """Seconds of training since the start of the first logged step, at the end of each step."""
+        t = np.asarray(self.steps.get("time", np.empty(0)), dtype=np.float64)
+        if t.size == 0 or not np.isfinite(t[0]):
+            return np.full(t.size, math.nan)
+        first = self.steps["step_time_s"][0] if "step_time_s" in self.steps else math.nan
+        start = t[0] - (first if np.isfinite(first) else 0.0)
+        return np.asarray(t - start, dtype=np.float64)
+
+
+def _numpy(result: Mapping[str, Any]) -> Columns:
+    out: Columns = {}
+    for name, values in result.items():
+        if isinstance(values, np.ma.MaskedArray):
+            if values.dtype.kind in "biuf":
+                values = np.ma.filled(values.astype(np.float64), np.nan)
+            else:
+                values = np.asarray(np.ma.filled(values.astype(object), None))
+        elif values.dtype.kind in "iu" and name not in ("step", "layer", "expert"):
+            values = values.astype(np.float64)
+        elif values.dtype.kind == "b":
+            values = values.astype(np.float64)
+        out[name] = np.asarray(values)
+    return out
+
+
+def _sorted(steps: Columns) -> Columns:
+    """Rows by step, then time (sorting in numpy only when the index returned them out of order: an
+    ORDER BY would cost DuckDB a sort of every row, every time)."""
+    step = steps.get("step")
+    if step is None or step.size < 2 or bool((np.diff(step) >= 0).all()):
+        return steps
+    order = np.lexsort((np.nan_to_num(steps["time"], nan=np.inf), step))
+    return {k: v[order] for k, v in steps.items()}
+
+
+def load_receipt(con: duckdb.DuckDBPyConnection, receipt_id: str) -> Receipt:
+    """A receipt from the index (the same JSON as its file, validated when it was indexed)."""
+    row = con.execute("SELECT receipt FROM receipts WHERE id = ?", [receipt_id]).fetchone()
+    if row is None:
+        raise KeyError(receipt_id)
+    return Receipt.model_validate_json(row[0])
+
+
+def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt | None = None) -> RunData:
+    """A receipt's tables from the index."""
+    receipt = receipt if receipt is not None else load_receipt(con, receipt_id)
+    cols = ", ".join(STEP_COLUMNS) + ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
+    steps = _numpy(
+        con.execute(
+            f"SELECT {cols} FROM steps WHERE receipt_id = $1 AND rank = "
+            "(SELECT min(rank) FROM steps WHERE receipt_id = $1)",
+            [receipt_id],
+        ).fetchnumpy()
+    )
+    steps = _sorted(steps)
+    evals = [
+        dict(zip(("step", "tokens", "split", "source", "metric", "value"), r, strict=True))
+        for r in con.execute(
+            "SELECT step, tokens, split, source, metric, value FROM evals WHERE receipt_id = $1 AND rank = "
+            "(SELECT min(rank) FROM evals WHERE receipt_id = $1) ORDER BY step, time",
+            [receipt_id],
+        ).fetchall()
+    ]
+    routing = _numpy(con.execute(_ROUTING_SQL, [receipt_id]).fetchnumpy())
+    timing_rows = _numpy(
+        con.execute(
+            "SELECT phase, step, avg(seconds) AS seconds FROM timing WHERE receipt_id = $1 "
+            "GROUP BY phase, step ORDER BY phase, step",
+            [receipt_id],
+        ).fetchnumpy()
+    )
+    timing: dict[str, Columns] = {}
+    if timing_rows.get("phase") is not None and timing_rows["phase"].size:
+        phases = timing_rows["phase"]
+        for phase in dict.fromkeys(phases.tolist()):
+            mask = phases == phase
+            timing[str(phase)] = {"step": timing_rows["step"][mask], "seconds": timing_rows["seconds"][mask]}
+    telemetry = _numpy(
+        con.execute(
+            "SELECT time, device, power_w, energy_j, memory_bytes FROM telemetry WHERE receipt_id = $1 "
+            "ORDER BY time",
+            [receipt_id],
+        ).fetchnumpy()
+    )
+    events = [
+        dict(zip(("rank", "time", "kind", "step", "attempt", "detail"), r, strict=True))
+        for r in con.execute(
+            "SELECT rank, time, kind, step, attempt, detail FROM events WHERE receipt_id = $1 ORDER BY time",
+            [receipt_id],
+        ).fetchall()
+    ]
+    return RunData(receipt_id, receipt, steps, evals, routing, timing, telemetry, events)
+
+
+def routing_matrix(con: duckdb.DuckDBPyConnection, receipt_id: str, layer: int, max_bins: int = 120) -> Columns:
+    """Tokens per expert per step of one layer, steps binned into at most ``max_bins`` columns, as the
+    share of the mean load (1 = even): {"step": bin start steps, "load": experts x bins}."""
+    rows = _numpy(
+        con.execute(
+            "SELECT step, expert, sum(tokens) AS n FROM routing WHERE receipt_id = $1 AND layer = $2 "
+            "GROUP BY step, expert ORDER BY step, expert",
+            [receipt_id, layer],
+        ).fetchnumpy()
+    )
+    if not rows or rows["step"].size == 0:
+        return {"step": np.empty(0), "load": np.empty((0, 0))}
+    steps = np.unique(rows["step"])
+    experts = int(rows["expert"].max()) + 1
+    grid = np.zeros((experts, steps.size))
+    col = np.searchsorted(steps, rows["step"])
+    np.add.at(grid, (rows["expert"].astype(np.int64), col), np.nan_to_num(rows["n"]))
+    bins = min(max_bins, steps.size)
+    edges = np.linspace(0, steps.size, bins + 1).astype(np.int64)
+    binned = np.add.reduceat(grid, edges[:-1], axis=1)
+    mean = binned.mean(axis=0, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        load = np.where(mean > 0, binned / mean, np.nan)
+    return {"step": steps[edges[:-1]], "load": load}
+
+
+def layers_of(run: RunData) -> list[int]:
+    """The MoE layers that logged routing."""
+    layer = run.routing.get("layer")
+    return sorted({int(v) for v in layer.tolist()}) if layer is not None and layer.size else []

@@ -1,0 +1,10 @@
+"""Renderings of a comparison: terminal (rich), Markdown for a review, one self-contained HTML page.
+
+    terminal   ``ledger compare`` on a terminal
+    markdown   ``ledger compare --markdown``
+    html       ``ledger report --html FILE``: plots as inline SVG, raw tables, no external resources
+    svg        the plot primitives of the HTML page (line charts, histograms, heatmaps)
+    fmt        number formatting shared by all of them
+
+Nothing here computes a statistic: every figure comes from :mod:`ledger.analyses.compare`.
+"""

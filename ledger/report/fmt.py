@@ -1,0 +1,95 @@
+"""Number formatting shared by the terminal, Markdown and HTML reports."""
+
+from __future__ import annotations
+
+import math
+
+from ledger.analyses.metrics import MetricRow
+
+
+def num(value: float | None, digits: int = 4) -> str:
+    """A number with ``digits`` significant digits, thousands separated; '-' for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 10 ** digits:
+        return f"{value:,.0f}"
+    if magnitude >= 1e-3:
+        places = max(0, digits - 1 - int(math.floor(math.log10(magnitude))))
+        return f"{value:,.{places}f}"
+    return f"{value:.{digits - 1}e}"
+
+
+def value(row_value: float | None, unit: str) -> str:
+    """A metric value with its unit."""
+    if row_value is None:
+        return "-"
+    if unit == "fraction":
+        return f"{100 * row_value:.2f}%"
+    if unit == "%":
+        return f"{row_value:.3g}%"
+    return num(row_value) + (f" {unit}" if unit and unit not in ("loss",) else "")
+
+
+def ratio(r: float | None) -> str:
+    """A ratio as ``x1.234``."""
+    return "-" if r is None else f"x{r:.3f}"
+
+
+def delta(d: float | None, unit: str) -> str:
+    """A signed difference."""
+    if d is None:
+        return "-"
+    if unit == "fraction":
+        return f"{100 * d:+.2f} pp"
+    return ("+" if d > 0 else "") + num(d) + (f" {unit}" if unit and unit not in ("loss", "fraction") else "")
+
+
+def ci(row: MetricRow) -> str:
+    """The row's confidence interval."""
+    if row.ci is None:
+        return "-"
+    lo, hi = row.ci
+    if row.ci_of == "ratio":
+        return f"[x{lo:.3f}, x{hi:.3f}]"
+    return f"[{delta(lo, row.unit)}, {delta(hi, row.unit)}]"
+
+
+def p(value_: float | None) -> str:
+    """A p-value."""
+    if value_ is None:
+        return "-"
+    return "<1e-4" if value_ < 1e-4 else f"{value_:.3g}"
+
+
+def share(s: float | None) -> str:
+    """A log-ratio share with its multiplicative factor: ``x0.478 (-0.738)``."""
+    if s is None:
+        return "-"
+    return f"x{math.exp(s):.3f} ({s:+.3g})"
+
+
+def interval(lo_hi: tuple[float, float] | list[float] | None) -> str:
+    """A log-ratio interval as factors."""
+    if lo_hi is None:
+        return "-"
+    lo, hi = lo_hi
+    return f"[x{math.exp(lo):.3f}, x{math.exp(hi):.3f}]"
+
+
+def fraction(f: float | None) -> str:
+    """A share of the total."""
+    if f is None:
+        return "-"
+    return "0%" if abs(f) < 0.005 else f"{100 * f:.0f}%"
+
+
+def threshold(row: MetricRow) -> str:
+    """The noise threshold of a row."""
+    if row.scale == "ratio":
+        return f"{100 * row.threshold:g}%"
+    if row.unit == "fraction":
+        return f"{100 * row.threshold:g} pp"
+    return f"{row.threshold:g}" + (" pp" if row.unit == "%" else f" {row.unit}" if row.unit else "")

@@ -1,0 +1,282 @@
+"""``ledger report A B --html FILE``: one self-contained page, readable offline.
+
+No JavaScript, no fonts, no stylesheets or images fetched from anywhere: the CSS is inline and every plot
+is an inline SVG drawn in Python (:mod:`ledger.report.svg`): loss against tokens and against training
+time, step-time distributions after warm-up, and the routing heatmap of each MoE layer (experts x steps,
+load relative to the mean) for the first run of each side. The factor diff, the metrics, the attribution,
+the missing runs and the raw tables follow.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+import duckdb
+import numpy as np
+
+from ledger.analyses.compare import Comparison
+from ledger.analyses.diff import summarize_change
+from ledger.analyses.matched import curve
+from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
+from ledger.report import fmt, svg
+
+A_COLORS = ("#1f5fa8", "#4b8fd6", "#86b6e8", "#0b3b6f")
+B_COLORS = ("#c8372d", "#e8743b", "#f0a65a", "#8a1c14")
+RAW_ROWS = 1000
+"""At most this many rows of a run's steps table (evenly spaced) in the raw tables."""
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1240px;color:#222;
+font-size:14px;line-height:1.4;padding:0 16px}
+h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:12.5px}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;vertical-align:top}
+th{background:#f3f3f3}td.l,th.l{text-align:left}
+tr.fam td{background:#fafafa;font-weight:600;text-align:left}
+.better{color:#17802f;font-weight:600}.worse{color:#c0261b;font-weight:600}
+.higher,.lower{color:#a86b00;font-weight:600}.untested{color:#a86b00}
+.unavailable,.nsd{color:#777}.reason{color:#888;font-size:11.5px}
+.note{background:#fff8e1;border-left:3px solid #f0b400;padding:4px 8px;margin:4px 0}
+.problem{background:#fdecea;border-left:3px solid #c0261b;padding:4px 8px;margin:4px 0}
+.plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;border:1px solid #e3e3e3;padding:6px;background:#fff}
+figcaption{font-size:12px;color:#555;max-width:600px}
+pre{background:#f6f6f6;padding:6px 8px;overflow-x:auto;font-size:12px;white-space:pre-wrap;word-break:break-all}
+code{font-size:12px}details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+.conf{color:#c0261b;font-weight:600}
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _verdict_class(verdict: str) -> str:
+    return {"no significant difference": "nsd"}.get(verdict, verdict)
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, raw: bool = False) -> str:
+    """An HTML table; cells are escaped unless ``raw``."""
+    th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
+    body = []
+    for row in rows:
+        cells = "".join(f'<td class="{"l" if i < left else ""}">{c if raw else _e(c)}</td>' for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _colors(c: Comparison) -> dict[str, tuple[str, bool]]:
+    out = {r.id: (A_COLORS[i % len(A_COLORS)], False) for i, r in enumerate(c.runs_a)}
+    out.update({r.id: (B_COLORS[i % len(B_COLORS)], True) for i, r in enumerate(c.runs_b)})
+    return out
+
+
+def _series(c: Comparison, axis: str) -> list[svg.Series]:
+    colors = _colors(c)
+    out = []
+    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
+        for r in runs:
+            cv = curve(r, axis)
+            if isinstance(cv, str):
+                continue
+            color, dash = colors[r.id]
+            out.append(svg.Series(f"{side}: {r.label}", color, cv.x, cv.y, dash))
+    return out
+
+
+def _step_time_plot(c: Comparison) -> str:
+    colors = _colors(c)
+    groups = []
+    marks = []
+    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
+        for r in runs:
+            if r.n_steps == 0:
+                continue
+            st = np.asarray(r.steps["step_time_s"], dtype=np.float64)[r.steady]
+            st = st[np.isfinite(st)]
+            if st.size:
+                groups.append((f"{side}: {r.label}", colors[r.id][0], st))
+                marks.append((colors[r.id][0], float(np.median(st))))
+    return svg.histogram(groups, "step time after warm-up (outliers removed; dashed: medians)", "seconds", marks=marks)
+
+
+def _plots(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
+    figs = [
+        (svg.line_chart(_series(c, "tokens"), "training loss vs tokens", "tokens", "loss"),
+         "Loss at equal tokens seen (A solid, B dashed)."),
+        (svg.line_chart(_series(c, "time"), "training loss vs training time", "seconds since the first step",
+                        "loss"), "Loss at equal wall time: a faster stack gets further in the same time."),
+        (_step_time_plot(c), "Distribution of step times after warm-up, MAD outliers removed."),
+    ]
+    parts = ['<div class="plots">']
+    parts += [f"<figure>{fig}<figcaption>{_e(cap)}</figcaption></figure>" for fig, cap in figs]
+    parts.append("</div><h3>Routing: load per expert over steps, per MoE layer (1x = the mean load)</h3>"
+                 '<div class="plots">')
+    shown = False
+    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
+        if not runs:
+            continue
+        r = runs[0]
+        for layer, m in sorted(heatmaps.get(r.id, {}).items()):
+            if m["load"].size == 0:
+                continue
+            shown = True
+            title = f"{side}: {r.label}, layer {layer}"
+            parts.append(f"<figure>{svg.heatmap(m['load'], m['step'], title)}</figure>")
+    if not shown:
+        parts.append('<p class="reason">no routing rows (dense models, or routing not logged)</p>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _metrics_table(c: Comparison) -> str:
+    head = ["metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "test", "noise", "verdict"]
+    rows = []
+    family = None
+    for row in c.metrics:
+        if row.family != family:
+            family = row.family
+            rows.append(f'<tr class="fam"><td colspan="{len(head)}">{_e(family)}</td></tr>')
+        verdict = f'<span class="{_verdict_class(row.verdict)}">{_e(row.verdict)}</span>'
+        if row.reason:
+            verdict += f'<br><span class="reason">{_e(row.reason)}</span>'
+        name = f"<b>{_e(row.name)}</b>" if row.headline else _e(row.name)
+        if row.note:
+            name += f'<br><span class="reason">{_e(row.note)}</span>'
+        cells = [name, *(_e(x) for x in (
+            fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
+            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), row.test or "-", fmt.threshold(row))), verdict]
+        rows.append("<tr>" + "".join(f'<td class="{"l" if i in (0, 9) else ""}">{x}</td>'
+                                     for i, x in enumerate(cells)) + "</tr>")
+    th = "".join(f'<th class="{"l" if i in (0, 9) else ""}">{_e(h)}</th>' for i, h in enumerate(head))
+    return (f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<p>Headline metrics in bold. A change counts only when it is significant (p &lt; "
+            f"{c.settings.alpha:g}) and larger than the noise threshold.</p>")
+
+
+def _attribution(c: Comparison) -> str:
+    parts = []
+    for att in c.attribution:
+        if att.reason:
+            parts.append(f"<h3>{_e(att.headline)}</h3><p class='reason'>unavailable: {_e(att.reason)}</p>")
+            continue
+        how = ((("Shapley over all " if att.shapley else f"average over {att.orders} of ")
+                + f"{att.orders_possible} orders") if att.orders else "no single-factor path")
+        parts.append(f"<h3>{_e(att.headline)} ({_e(att.metric)})</h3><p>total {_e(fmt.share(att.total))} "
+                     f"{_e(fmt.interval(att.total_ci))}; {_e(how)}; {_e(att.note)}</p>")
+        rows = [[_e(s.factors[0]), _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)),
+                 _e(f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")] for s in att.shares]
+        rows += [[f'<span class="conf">confounded: {_e(", ".join(s.factors))} changed together</span>',
+                  _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)), ""]
+                 for s in att.confounded]
+        frac = att.unexplained / att.total if att.total and att.unexplained is not None else None
+        rows.append(["unexplained", _e(fmt.share(att.unexplained)), _e(fmt.fraction(frac)),
+                     _e(fmt.interval(att.unexplained_ci)), ""])
+        parts.append(_table(["factor", "share of log(B/A)", "of total", "CI", "spread over orders"], rows, raw=True))
+    if c.missing:
+        parts.append("<h3>Missing ablation runs</h3><ul>")
+        for m in c.missing:
+            body = f"<pre>{_e(m.command)}</pre>" if m.command else f"<p class='reason'>{_e(m.how)}</p>"
+            parts.append(f"<li>{_e(m.description)}{body}</li>")
+        parts.append("</ul>")
+    return "".join(parts)
+
+
+def _diff(c: Comparison) -> str:
+    rows = [[f, ch.path, summarize_change(ch.path, ch.a, ch.b, 120)] for f, changes in c.diff.changed.items()
+            for ch in changes]
+    out = _table(["factor", "field", "A -> B"], rows, left=3) if rows else "<p>No causal factor changed.</p>"
+    out += f"<p>Unchanged factors: {_e(', '.join(c.diff.unchanged) or '-')}</p>"
+    if c.diff.record:
+        rec = [["record", ch.path, summarize_change(ch.path, ch.a, ch.b, 120)] for ch in c.diff.record]
+        out += ("<details><summary>bookkeeping fields that differ (never a cause)</summary>"
+                + _table(["factor", "field", "A -> B"], rec, left=3) + "</details>")
+    return out
+
+
+def _raw_steps(r: RunData) -> str:
+    n = r.n_steps
+    if n == 0:
+        return "<p class='reason'>no step rows</p>"
+    idx = np.arange(n) if n <= RAW_ROWS else np.linspace(0, n - 1, RAW_ROWS).round().astype(np.int64)
+    t = r.train_time
+    cols = ("step", "tokens", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "memory_bytes")
+    rows = []
+    for i in idx:
+        rows.append([fmt.num(float(r.steps[c][i])) if c != "step" else str(int(r.steps["step"][i])) for c in cols[:2]]
+                    + [fmt.num(float(t[i]))] + [fmt.num(float(r.steps[c][i])) for c in cols[2:]])
+    note = f" (every {n / RAW_ROWS:.1f}th of {n:,} rows)" if n > RAW_ROWS else ""
+    return (f"<details><summary>steps of {_e(r.label)}: {n:,} rows{_e(note)}</summary>"
+            + _table(["step", "tokens", "time s", *cols[2:]], rows, left=0) + "</details>")
+
+
+def _raw_other(r: RunData) -> str:
+    parts = []
+    if r.evals:
+        rows = [[str(e["step"]), fmt.num(e["tokens"]), str(e["split"] or "-"), str(e["source"] or "all"),
+                 str(e["metric"]), fmt.num(e["value"])] for e in r.evals]
+        parts.append(f"<details><summary>evals of {_e(r.label)}: {len(rows)} rows</summary>"
+                     + _table(["step", "tokens", "split", "source", "metric", "value"], rows, left=0) + "</details>")
+    if r.timing:
+        rows = []
+        for phase, t in r.timing.items():
+            x = np.asarray(t["seconds"], dtype=np.float64)
+            x = x[np.isfinite(x)]
+            rows.append([phase, str(x.size), fmt.num(float(np.median(x)) if x.size else None),
+                         fmt.num(float(x.sum()) if x.size else None)])
+        parts.append(f"<details><summary>timing per phase of {_e(r.label)}</summary>"
+                     + _table(["phase", "rows", "median s", "total s"], rows) + "</details>")
+    if r.routing and r.routing.get("step") is not None and r.routing["step"].size:
+        rows = []
+        for layer in layers_of(r):
+            m = r.routing["layer"] == layer
+            n, e = r.routing["n_sum"][m], r.routing["experts"][m]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cv = np.nanmean(r.routing["n_std"][m] / (n / e))
+                mx = np.nanmean(r.routing["n_max"][m] / (n / e))
+                dropped = 100 * np.nansum(r.routing["d_sum"][m]) / max(1.0, float(np.nansum(n)))
+            rows.append([str(layer), str(int(m.sum())), fmt.num(float(cv)), fmt.num(float(mx)), f"{dropped:.3g}%",
+                         fmt.num(float(np.nanmean(r.routing["entropy"][m])))])
+        parts.append(f"<details><summary>routing per layer of {_e(r.label)}</summary>"
+                     + _table(["layer", "steps", "load CV", "max/mean", "dropped", "router entropy"], rows)
+                     + "</details>")
+    return "".join(parts)
+
+
+def render(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
+    """The page. ``heatmaps``: run id -> layer -> :func:`ledger.analyses.series.routing_matrix` result."""
+    title = f"ledger compare: {c.a.label} vs {c.b.label}"
+    head = [f"<p><b>A</b> {_e(c.a.label)}: {_e(', '.join(r.label for r in c.runs_a))}<br>"
+            f"<b>B</b> {_e(c.b.label)}: {_e(', '.join(r.label for r in c.runs_b))}</p>"]
+    if not c.comparable:
+        head.append("<p class='problem'>The tasks differ (compared because --allow-task-change was given).</p>")
+    head += [f"<p class='note'>{_e(n)}</p>" for n in c.notes]
+    head += [f"<p class='problem'>{_e(p)}</p>" for p in c.problems]
+    raw = "".join(_raw_steps(r) + _raw_other(r) for r in [*c.runs_a, *c.runs_b])
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>{''.join(head)}"
+        f"<h2 id=\"plots\">Plots</h2>{_plots(c, heatmaps)}"
+        f"<h2 id=\"diff\">What changed, by factor</h2>{_diff(c)}"
+        f"<h2 id=\"metrics\">Metrics</h2>{_metrics_table(c)}"
+        f"<h2 id=\"attribution\">Attribution</h2>{_attribution(c) or '<p>not computed</p>'}"
+        f"<h2 id=\"raw\">Raw tables</h2>{raw}"
+        f"<p class='reason'>generated by stackreceipt {_e(generated)}; self-contained, no external resources.</p>"
+        "</body></html>\n"
+    )
+
+
+def report(con: duckdb.DuckDBPyConnection, c: Comparison, max_bins: int = 120) -> str:
+    """The page for a comparison, with the routing heatmaps of the first run of each side read from the index."""
+    heatmaps: dict[str, dict[int, Columns]] = {}
+    for runs in (c.runs_a, c.runs_b):
+        if runs:
+            r = runs[0]
+            heatmaps[r.id] = {layer: routing_matrix(con, r.id, layer, max_bins) for layer in layers_of(r)}
+    return render(c, heatmaps)
+

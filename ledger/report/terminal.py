@@ -1,0 +1,102 @@
+"""``ledger compare`` on a terminal: factor diff, metrics side by side, attribution, missing runs (rich)."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ledger.analyses.compare import Comparison
+from ledger.analyses.diff import summarize_change
+from ledger.report import fmt
+
+VERDICT_STYLE = {
+    "better": "bold green",
+    "worse": "bold red",
+    "higher": "bold yellow",
+    "lower": "bold yellow",
+    "no significant difference": "dim",
+    "untested": "yellow",
+    "unavailable": "dim italic",
+}
+
+
+def render(c: Comparison, console: Console | None = None) -> None:
+    """Print the comparison."""
+    out = console or (Console() if sys.stdout.isatty() else Console(width=200))
+    out.print(Text("A ", style="bold") + Text(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
+    out.print(Text("B ", style="bold") + Text(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
+    if not c.comparable:
+        out.print("[bold red]the tasks differ[/bold red] (compared because --allow-task-change was given)")
+    for note in c.notes:
+        out.print(Text("note ", style="yellow") + Text(note))
+    for problem in c.problems:
+        out.print(Text("problem ", style="red") + Text(problem))
+
+    out.rule("what changed, by factor")
+    if not c.diff.changed:
+        out.print("no causal factor changed")
+    for factor, changes in c.diff.changed.items():
+        out.print(f"[bold]{factor}[/bold]")
+        for ch in changes:
+            out.print(Text(f"  {ch.path}: {summarize_change(ch.path, ch.a, ch.b)}"))
+    out.print(f"[dim]unchanged: {', '.join(c.diff.unchanged) or '-'}[/dim]")
+    if c.diff.record:
+        out.print(Text("bookkeeping (shown, never a cause): " + "; ".join(
+            f"{ch.path}: {summarize_change(ch.path, ch.a, ch.b, 40)}" for ch in c.diff.record), style="dim"))
+
+    out.rule("metrics")
+    table = Table(show_lines=False, box=None, pad_edge=False)
+    for col in ("metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "noise", "verdict"):
+        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    family = None
+    for row in c.metrics:
+        if row.family != family:
+            family = row.family
+            table.add_row(Text(family, style="bold underline"), *[""] * 8)
+        verdict = Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, ""))
+        if row.reason:
+            verdict.append(f" ({row.reason})", style="dim")
+        name = Text(("* " if row.headline else "  ") + row.name)
+        table.add_row(name, *(Text(x) for x in (
+            fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
+            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), fmt.threshold(row))), verdict)
+    out.print(table)
+    out.print("[dim]* headline metric; a change counts only when significant and larger than the noise "
+              "threshold[/dim]")
+
+    if c.attribution:
+        out.rule("attribution (shares of log(B/A))")
+    for att in c.attribution:
+        if att.reason:
+            out.print(Text(att.headline, style="bold") + Text(f": unavailable ({att.reason})"))
+            continue
+        how = ((("Shapley over all " if att.shapley else f"average over {att.orders} of ")
+                + f"{att.orders_possible} orders") if att.orders else "no single-factor path")
+        out.print(f"[bold]{escape(att.headline)}[/bold] ({escape(att.metric)}): total {fmt.share(att.total)} "
+                  f"{escape(fmt.interval(att.total_ci))}  [dim]{escape(how)}; {escape(att.note)}[/dim]",
+                  highlight=False)
+        shares = Table(box=None, pad_edge=False)
+        for col in ("factor", "share", "of total", "CI", "spread over orders"):
+            shares.add_column(col, justify="left" if col == "factor" else "right")
+        for s in att.shares:
+            shares.add_row(s.factors[0], fmt.share(s.share), fmt.fraction(s.fraction), Text(fmt.interval(s.ci)),
+                           f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")
+        for s in att.confounded:
+            shares.add_row(Text(f"confounded: {', '.join(s.factors)} changed together", style="bold red"),
+                           fmt.share(s.share), fmt.fraction(s.fraction), Text(fmt.interval(s.ci)), "")
+        shares.add_row(Text("unexplained", style="dim"), fmt.share(att.unexplained),
+                       fmt.fraction(att.unexplained / att.total if att.total and att.unexplained is not None else None),
+                       Text(fmt.interval(att.unexplained_ci)), "")
+        out.print(shares)
+    if c.missing:
+        out.rule("missing ablation runs")
+        for m in c.missing:
+            out.print(Text(f"- {m.description}"))
+            if m.command:
+                out.print(Text("  $ ", style="green") + Text(m.command), soft_wrap=True)
+            else:
+                out.print(Text(f"  {m.how}", style="dim"))

@@ -1,0 +1,212 @@
+"""The smaller pieces of `ledger compare`: factor diff, matched curves, metric verdicts, routing formulas,
+peaks, override mapping, formatting and SVG."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ledger.analyses import matched, metrics
+from ledger.analyses.ablations import override_factor
+from ledger.analyses.diff import Change, TaskMismatch, check_task, factor_diff, summarize_change
+from ledger.analyses.peaks import Peak, device_key, peak_flops
+from ledger.analyses.series import RunData
+from ledger.report import fmt, svg
+from schemas.receipt import Architecture, Precision, Receipt, Task, Workload
+
+
+def receipt(**workload: Any) -> Receipt:
+    base: dict[str, Any] = {
+        "task": Task(dataset="mix", objective="causal-lm"),
+        "model": Architecture(layers=2, hidden=64, num_experts=8, top_k=2, active_params=1000),
+        "precision": Precision(compute="fp32"),
+        "seed": 0,
+    }
+    base.update(workload)
+    return Receipt(run_uuid="u", status="succeeded", name="r", workload=Workload(**base))
+
+
+def run(step_time: np.ndarray, *, loss: np.ndarray | None = None, routing: dict[str, np.ndarray] | None = None,
+        rid: str = "a" * 64) -> RunData:
+    n = step_time.size
+    steps = {
+        "step": np.arange(1, n + 1), "tokens": 100.0 * np.arange(1, n + 1), "time": np.cumsum(step_time),
+        "loss": loss if loss is not None else np.linspace(4, 3, n), "lr": np.full(n, 1e-3),
+        "grad_norm": np.ones(n), "step_time_s": step_time, "tokens_per_s": 100.0 / step_time,
+        "flops_per_s": np.full(n, np.nan), "memory_bytes": np.full(n, np.nan), "skipped": np.full(n, np.nan),
+        "loss_nonfinite": np.zeros(n),
+    }
+    return RunData(rid, receipt(), steps, [], routing or {}, {})
+
+
+# ----------------------------------------------------------------------------------------------- diff
+def test_factor_diff_groups_changes_and_ignores_bookkeeping() -> None:
+    a = receipt()
+    b = receipt(precision=Precision(compute="bf16", autocast="bf16"), seed=1).model_copy(update={"name": "other"})
+    diff = factor_diff(a, b)
+    assert diff.factors == ["precision", "seed"]
+    assert [c.path for c in diff.changed["precision"]] == ["workload.precision.compute", "workload.precision.autocast"]
+    assert "precision" not in diff.unchanged and "code" in diff.unchanged
+    assert [c.path for c in diff.record] == ["name"]
+    assert factor_diff(a, b, ignore=("seed",)).factors == ["precision"]
+    assert check_task(diff, allow=False) is True
+
+
+def test_task_change_is_refused_naming_the_field() -> None:
+    a, b = receipt(), receipt(model=Architecture(layers=2, hidden=64, num_experts=16, top_k=2, active_params=1000))
+    diff = factor_diff(a, b)
+    with pytest.raises(TaskMismatch, match=r"workload\.model\.num_experts: 8 -> 16.*--allow-task-change"):
+        check_task(diff, allow=False)
+    assert check_task(diff, allow=True) is False
+
+
+def test_package_lists_are_summarised() -> None:
+    a = [{"name": "torch", "version": "2.3"}, {"name": "numpy", "version": "1.26"}]
+    b = [{"name": "torch", "version": "2.4"}, {"name": "numpy", "version": "1.26"}, {"name": "te", "version": "1"}]
+    assert summarize_change("stack.software.packages", a, b) == "2 package(s) differ: te - -> 1, torch 2.3 -> 2.4"
+
+
+# -------------------------------------------------------------------------------------------- matched
+def test_curves_are_interpolated_at_common_token_counts() -> None:
+    a = matched.Curve(np.arange(0, 1001, 100.0), 5 - np.arange(0, 1001, 100.0) / 500)
+    b = matched.Curve(np.arange(50, 1201, 100.0), 4 - np.arange(50, 1201, 100.0) / 500)
+    grid = matched.common_grid([a, b])
+    assert not isinstance(grid, str)
+    # the last 20% of [50, 1000] holds only A's points 900 and 1000: the window grows to 5 points
+    assert grid.hi == 1000 and grid.x.tolist() == [600, 700, 800, 900, 1000]
+    values = matched.matched_values([a, b], grid)
+    assert np.allclose(values[:, 0] - values[:, 1], 1.0)  # exactly the offset of the two lines
+    assert matched.common_grid([a, matched.Curve(np.array([2000.0, 3000.0]), np.ones(2))]) == "the runs share no range"
+
+
+def test_curve_sorts_and_deduplicates() -> None:
+    r = run(np.full(5, 0.1))
+    r.steps["tokens"][:] = [300, 100, 200, 200, 500]
+    c = matched.curve(r, "tokens")
+    assert not isinstance(c, str)
+    assert c.x.tolist() == [100, 200, 300, 500]
+
+
+# -------------------------------------------------------------------------------------------- metrics
+def _row(name: str, a: RunData, b: RunData, **settings: Any) -> metrics.MetricRow:
+    rows = metrics.compare_all([a], [b], metrics.Settings(n_boot=500, **settings))
+    return next(r for r in rows if r.name == name)
+
+
+def test_a_significant_change_beyond_the_threshold_is_worse() -> None:
+    rng = np.random.default_rng(0)
+    a = run(0.10 + 0.002 * rng.standard_normal(200))
+    b = run(0.12 + 0.002 * rng.standard_normal(200), rid="b" * 64)
+    row = _row("step time (median)", a, b)
+    assert row.verdict == "worse" and row.p_value is not None and row.p_value < 1e-6
+    assert row.ci is not None and row.ci_of == "ratio" and row.ci[0] < 1.2 < row.ci[1]
+    assert _row("tokens/s per device", a, b).verdict == "worse"
+
+
+def test_a_significant_change_below_the_threshold_is_no_significant_difference() -> None:
+    rng = np.random.default_rng(1)
+    a = run(0.100 + 0.0005 * rng.standard_normal(400))
+    b = run(0.102 + 0.0005 * rng.standard_normal(400), rid="b" * 64)
+    row = _row("step time (median)", a, b)
+    assert row.p_value is not None and row.p_value < 1e-6
+    assert row.verdict == "no significant difference"  # 2% < the 5% noise threshold
+    assert _row("step time (median)", a, b, noise=0.01).verdict == "worse"
+
+
+def test_metrics_without_data_are_unavailable_with_a_reason() -> None:
+    empty = RunData("e" * 64, receipt(), {c: np.empty(0) for c in ("step", "tokens", "time", "loss", "lr",
+                                                                    "grad_norm", "step_time_s", "tokens_per_s",
+                                                                    "flops_per_s", "memory_bytes", "skipped",
+                                                                    "loss_nonfinite")}, [], {}, {})
+    row = _row("tokens/s per device", run(np.full(20, 0.1)), empty)
+    assert row.verdict == "unavailable" and row.a is None and row.b is None and row.reason == "B: no step rows"
+    assert _row("MFU", run(np.full(20, 0.1)), run(np.full(20, 0.1))).reason.startswith("A: no GPU model")
+
+
+def test_routing_formulas_follow_the_definitions() -> None:
+    # one layer, one step (after warm-up): n = 100, 156, 128, 128 (T x k = 512), d = 0, 6, 0, 0
+    n = np.array([100.0, 156, 128, 128])
+    routing = {"step": np.array([10]), "layer": np.array([0]), "experts": np.array([4.0]),
+               "n_sum": np.array([n.sum()]), "n_std": np.array([n.std()]), "n_max": np.array([n.max()]),
+               "d_sum": np.array([6.0]), "c_sum": np.array([np.nan]), "entropy": np.array([0.9]),
+               "n_log_n": np.array([(n * np.log(n)).sum()])}
+    r = run(np.full(20, 0.1), routing=routing)
+    q = n / n.sum()
+    expected = {
+        "cv": n.std() / n.mean(),
+        "max_mean": 156 / 128,
+        "dropped": 100 * 6 / 512,
+        "entropy": 0.9,
+        "load_entropy": -(q * np.log(q)).sum() / np.log(4),
+    }
+    for what, value in expected.items():
+        got = metrics._routing_samples(r, what)
+        assert not isinstance(got, str)
+        assert got.tolist() == pytest.approx([value])
+    assert metrics._routing_samples(r, "waste") == "no capacity (dropless routing)"
+
+
+def test_groups_are_compared_between_runs() -> None:
+    rng = np.random.default_rng(2)
+    a = [run(0.10 + 0.001 * rng.standard_normal(50), rid=str(i) * 64) for i in range(3)]
+    b = [run(0.15 + 0.001 * rng.standard_normal(50), rid=str(i + 5) * 64) for i in range(3)]
+    rows = metrics.compare_all(a, b, metrics.Settings(n_boot=200))
+    row = next(r for r in rows if r.name == "step time (median)")
+    assert row.test == "t-test" and row.n == (3, 3) and row.verdict == "worse"
+    assert row.ci is not None and row.ci[0] < 1.5 < row.ci[1]
+
+
+# ----------------------------------------------------------------------------------------------- peaks
+@pytest.mark.parametrize(("name", "key"), [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
+    ("NVIDIA B200", "B200"), ("NVIDIA A100-SXM4-80GB", "A100"), ("Tesla V100", None), (None, None),
+])
+def test_device_keys(name: str | None, key: str | None) -> None:
+    assert device_key(name) == key
+
+
+def test_peaks_say_which_figure_they_are() -> None:
+    peak = peak_flops("NVIDIA H100 80GB HBM3", "bf16")
+    assert isinstance(peak, Peak) and peak.flops == 989e12 and "H100 dense bf16" in peak.label
+    fp8 = peak_flops("NVIDIA B200", "mxfp8")
+    assert isinstance(fp8, Peak) and fp8.flops == 4500e12
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "fp8") == "A100 has no fp8 tensor-core peak"
+    assert "no GPU model" in str(peak_flops(None, "bf16"))
+
+
+# ----------------------------------------------------------------------------------------- ablations
+def test_overrides_are_mapped_to_the_factor_they_change() -> None:
+    changes = [Change("workload.router.z_loss_coeff", 0.001, 0.002), Change("workload.optimizer.lr", 0.01, 0.02),
+               Change("workload.precision.compute", "fp32", "bf16")]
+    assert override_factor("moe.z_loss_coeff", "0.001", "0.002", changes) == "router"
+    assert override_factor("lr", "1e-2", "2e-2", changes) == "architecture"
+    assert override_factor("precision", None, "bf16", changes) == "precision"
+    assert override_factor("delay_s", "0.05", "0.1", changes) is None
+
+
+# ------------------------------------------------------------------------------------- fmt and svg
+def test_formatting() -> None:
+    assert fmt.num(12345.678) == "12,346" and fmt.num(0.0012345) == "0.001234" and fmt.num(None) == "-"
+    assert fmt.share(-0.6931471805599453) == "x0.500 (-0.693)"
+    assert fmt.interval((0.0, 0.6931471805599453)) == "[x1.000, x2.000]"
+    assert svg.nice_ticks(0, 1) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+
+
+def test_svg_plots_are_well_formed() -> None:
+    x = np.linspace(0, 1e6, 5000)
+    charts = [
+        svg.line_chart([svg.Series("A <run>", "#123456", x, np.sin(x)), svg.Series("B", "#654321", x, np.cos(x),
+                                                                                    True)], "t & t", "x", "y"),
+        svg.histogram([("A", "#123456", np.random.default_rng(0).normal(size=100))], "h", "s", marks=[("#000", 0.0)]),
+        svg.heatmap(np.array([[0.5, 1.0, 2.5], [1.0, np.nan, 1.5]]), np.array([1.0, 2.0, 3.0]), "layer 0"),
+        svg.line_chart([], "empty", "x", "y"),
+    ]
+    for chart in charts:
+        root = ET.fromstring(chart)
+        assert root.tag.endswith("svg") and root.find("{http://www.w3.org/2000/svg}title") is not None
+    assert charts[0].count("<polyline") == 2 and "A &lt;run&gt;" in charts[0]
+    assert max(len(p.split()) for p in ET.fromstring(charts[0]).iter("{http://www.w3.org/2000/svg}polyline")
+               for p in [p.get("points") or ""]) <= svg.MAX_POINTS
