@@ -25,7 +25,11 @@ $(VENV)/.bench: $(VENV)/.core
 	$(PIP) -e ".[bench]"
 	@touch $@
 
-demo: $(VENV)/.core
+$(VENV)/.demo: $(VENV)/.core
+	$(PIP) -e ".[dvc]"
+	@touch $@
+
+demo: $(VENV)/.demo
 	bash scripts/demo.sh
 
 test: $(VENV)/.dev

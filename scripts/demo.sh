@@ -1,21 +1,15 @@
 #!/usr/bin/env bash
-# `make demo`: record a baseline MoE run and two single-factor variants on the embedded default (the
-# reference runner's `tiny` config on CPU), then list them. Uses ./receipts unless LEDGER_DIR is set.
+# `make demo`: replay the demo matrix of params.yaml with `dvc repro` (a baseline MoE run on the reference
+# runner's `tiny` config on CPU, single-factor variants and their combination, each under `ledger record`),
+# then print the comparison and list the receipts. Receipts go to ./receipts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/.venv/bin:$PATH"
+export PATH="$PWD/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
 
-run() {
-  local name=$1; shift
-  echo "== ledger record --name $name -- python -m runners.moe --config tiny $*"
-  ledger record --name "$name" --tag demo=1 -- python -m runners.moe --config tiny "$@" | tail -n 3
-}
-
-run baseline
-run bf16 --set precision=bf16
-run capacity-1.0 --set moe.capacity_factor=1.0
+dvc repro
 echo
-ledger ls --where "tag.demo=1"
+cat pipeline/compare.md
 echo
-echo "Inspect one:   .venv/bin/ledger show baseline"
-echo "Query:         .venv/bin/ledger query \"SELECT name, round(final_loss, 3) AS loss, round(tokens_per_s) AS tok_s FROM receipts\""
+ledger ls --where "tag.pipeline=dvc"
+echo
+echo "Next:  ledger show baseline    ledger compare baseline bf16    ledger report baseline bf16 --html report.html"
