@@ -39,15 +39,21 @@ _EVAL_DONE = ("eval_end", "eval_stop")
 
 
 def _table(schema: pa.Schema, rid: str, columns: dict[str, Any], n: int) -> pa.Table:
-    full = pa.schema([pa.field("receipt_id", pa.string()), *schema])
+    # one receipt: its id as a dictionary column (one string, n zero indices) rather than n copies
+    full = pa.schema([pa.field("receipt_id", pa.dictionary(pa.int32(), pa.string())), *schema])
     arrays = []
     for f in full:
         if f.name == "receipt_id":
-            arrays.append(pa.array([rid] * n, pa.string()))
+            arrays.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([rid])))
         elif f.name in columns:
             values = columns[f.name]
             if isinstance(values, np.ndarray) and values.dtype.kind == "f" and not pa.types.is_floating(f.type):
-                values = [None if not math.isfinite(v) else v for v in values.tolist()]
+                # non-finite floats stand for missing values of an integer or boolean column (vectorised)
+                missing = ~np.isfinite(values)
+                filled = np.where(missing, 0, values)
+                cast = filled.astype(bool) if pa.types.is_boolean(f.type) else filled.astype(np.int64)
+                arrays.append(pa.array(cast, f.type, mask=missing))
+                continue
             arrays.append(pa.array(values, f.type, from_pandas=True))
         else:
             arrays.append(pa.nulls(n, f.type))
@@ -60,7 +66,7 @@ def tables_of(run: RunData) -> dict[str, pa.Table]:
     n = int(steps["step"].size) if "step" in steps else 0
     step_cols: dict[str, Any] = {k: steps[k] for k in ("step", "time", "step_time_s", "tokens") if k in steps}
     if "skipped" in steps:
-        step_cols["skipped"] = [None if not math.isfinite(v) else bool(v) for v in steps["skipped"].tolist()]
+        step_cols["skipped"] = np.asarray(steps["skipped"], dtype=float)
     step_table = _table(STEPS, run.id, step_cols, n)
     ev = run.events
     events = _table(EVENTS, run.id, {k: [e.get(k) for e in ev] for k in ("rank", "time", "kind", "step", "detail")},
@@ -69,13 +75,19 @@ def tables_of(run: RunData) -> dict[str, pa.Table]:
     for e in ev:
         if e.get("kind") in _EVAL_DONE and e.get("step") is not None:
             done.setdefault(int(e["step"]), float(e["time"]))
-    step_time = dict(zip(steps.get("step", np.zeros(0)).tolist(), steps.get("time", np.zeros(0)).tolist(),
-                         strict=True))
+    step_numbers = np.asarray(steps.get("step", np.zeros(0)), dtype=float)
+    step_times = np.asarray(steps.get("time", np.zeros(0)), dtype=float)
+
+    def time_of_step(step: float) -> float | None:
+        """The end time of a logged step (the first row with that number), without a 1M-entry dict."""
+        hits = np.flatnonzero(step_numbers == step)
+        return float(step_times[hits[0]]) if hits.size else None
+
     times = []
     for row in run.evals:
         t = row.get("time")
         if t is None and row.get("step") is not None:
-            t = done.get(int(row["step"]), step_time.get(row["step"]))
+            t = done.get(int(row["step"])) or time_of_step(float(row["step"]))
         times.append(t)
     eval_cols = {k: [r.get(k) for r in run.evals] for k in ("step", "tokens", "split", "source", "metric", "value")}
     eval_cols["time"] = times
