@@ -10,6 +10,8 @@
     │   ├── SchemaTooNew             a receipt written by a newer stackreceipt
     │   ├── QueryRefused             `ledger query` given a statement that writes
     │   ├── InvalidFilter            a `--where` expression that does not parse
+    │   ├── TaskMismatch             compare of two different tasks (ledger.analyses.diff)
+    │   ├── InvalidGroup, SameReceipt  bad `--group`, a receipt compared with itself (ledger.analyses.groups)
     │   └── LedgerNotWritable        the ledger directory cannot be written (choose another)
     ├── DamagedReceipt               a receipt file is missing or fails its digest
     ├── IndexBusy                    the DuckDB index stayed locked by another process
