@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from ledger.clikit import ledger_from, ledger_option
+from ledger.clikit import echo_json, ledger_from, ledger_option
+from ledger.errors import LedgerError
 
 
 @click.command()
@@ -97,6 +99,69 @@ def pull(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> No
     click.echo(result.message)
 
 
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--at", "at", metavar="DIM=V|DIM=xK",
+              help="Replay both runs at another scale (layers, width, experts, ranks, batch, steps) and check "
+                   "that the claim holds there.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@ledger_option
+@click.pass_context
+def claim(ctx: click.Context, a: str, b: str, at: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """State the claim that the comparison of A and B supports, with its CI; with --at, replay both runs at
+    another scale and say whether the claim holds there (exit 1 when it does not).
+
+    Example:
+
+        ledger claim baseline fp8
+        ledger claim baseline fp8 --at layers=x2
+    """
+    from ledger import index
+    from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
+    from ledger.claims import holds, state
+    from ledger.integrity import check_intact
+    from ledger.record import RecordOptions, record
+    from ledger.rerun import rebuild_command
+    from ledger.scale import parse_scale
+
+    ledger = ledger_from(ctx, ledger_path)
+    change = parse_scale(at) if at else None
+    with index.reader(ledger) as con:
+        first = to_json(compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False)))
+    original = state(first, a, b)
+    if change is None:
+        if as_json:
+            echo_json(original.as_json())
+        else:
+            click.echo(original.text)
+        return
+    replayed = []
+    for side, ref in ((first["a"], a), (first["b"], b)):
+        receipt = check_intact(ledger, side["ids"][0])
+        command = rebuild_command(receipt, scale=[change])
+        result = record(ledger, RecordOptions(
+            command=command, name=f"{receipt.name or ref}@{change}", replicates=receipt.id,
+            tags=dict(receipt.tags) | {"claim_scale": str(change)},
+            stdout=sys.stderr.buffer if as_json else None))  # keep stdout for the JSON
+        if result.receipt is None or result.exit_code:
+            raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
+        replayed.append(result.receipt.id)
+    with index.reader(ledger) as con:
+        second = to_json(compare(con, Ref(ref=replayed[0]), Ref(ref=replayed[1]), CompareOptions(plugins=False)))
+    scaled = state(second, f"{a}@{change}", f"{b}@{change}")
+    ok, why = holds(original, scaled)
+    if as_json:
+        echo_json({"original": original.as_json(), "scaled": scaled.as_json(), "at": str(change),
+                   "holds": ok, "why": why, "replayed": replayed})
+    else:
+        click.echo(f"as recorded:  {original.text}")
+        click.echo(f"at {change}:  {scaled.text}")
+        click.echo(f"the claim {'holds' if ok else 'does NOT hold'} at {change}: {why}")
+    if not ok:
+        ctx.exit(1)
+
+
 def register(cli: click.Group) -> None:
-    for command in (rerun, push, pull):
+    for command in (rerun, claim, push, pull):
         cli.add_command(command)

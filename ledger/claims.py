@@ -1,0 +1,88 @@
+"""Claims: the sentence a comparison supports ("B is 1.31x faster than A at equal loss at 2.1M tokens"),
+with its confidence interval, and whether it still holds when both runs are replayed at another scale.
+
+A claim is built from two rows of `ledger compare`: throughput (tokens/s per device) and loss at matched
+tokens. It holds at another scale when the throughput effect has the same sign there and is still
+significant, and the loss verdict (equal, or which side is better) is unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+THROUGHPUT = "tokens/s per device"
+LOSS = "loss @ matched tokens"
+NO_DIFFERENCE = "no significant difference"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a comparison of A and B supports."""
+
+    text: str
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    faster: bool | None
+    """True: B faster; False: B slower; None: no significant throughput difference (or unavailable)."""
+    loss_verdict: str
+    confounded: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"claim": self.text, "speedup": self.speedup, "speedup_ci": self.speedup_ci, "faster": self.faster,
+                "loss_verdict": self.loss_verdict, "confounded": self.confounded}
+
+
+def _row(comparison: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((m for m in comparison["metrics"] if m["name"] == name), None)
+
+
+def _tokens(note: str) -> str:
+    """The matched token range of the loss row, e.g. '25,600..30,720 tokens' -> 'up to 30,720 tokens'."""
+    m = re.search(r"\.\.([\d,]+) tokens", note or "")
+    return f"at {m.group(1)} tokens" if m else "at matched tokens"
+
+
+def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
+    """The claim that `ledger compare --json` output supports."""
+    thr, loss = _row(comparison, THROUGHPUT), _row(comparison, LOSS)
+    confounded = sorted({f for c in comparison.get("confounded") or [] for f in c.get("factors", [])})
+    if thr is None or thr["verdict"] == "unavailable" or thr["ratio"] is None:
+        reason = thr["reason"] if thr else "no throughput row"
+        return Claim(f"no throughput claim: {reason}", None, None, None, "unavailable", confounded)
+    ratio = float(thr["ratio"])
+    ci = (float(thr["ci"][0]), float(thr["ci"][1])) if thr.get("ci") else None
+    ci_text = f" (tokens/s per device, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}])" if ci else ""
+    if thr["verdict"] == NO_DIFFERENCE:
+        faster: bool | None = None
+        head = f"no significant throughput difference between {b} and {a}: {ratio:.2f}x{ci_text}"
+    else:
+        faster = ratio > 1
+        head = f"{b} is {ratio:.2f}x {'faster' if faster else 'slower'} than {a}{ci_text}"
+    loss_verdict = loss["verdict"] if loss else "unavailable"
+    if loss is None or loss_verdict == "unavailable":
+        tail = f"; loss at matched tokens unavailable ({loss['reason'] if loss else 'no loss row'})"
+    elif loss_verdict == NO_DIFFERENCE:
+        tail = f" at equal loss {_tokens(loss.get('note', ''))}"
+    else:
+        lr = float(loss["ratio"]) if loss.get("ratio") is not None else float("nan")
+        tail = f", but its loss at matched tokens is {loss_verdict} ({lr:.3f}x {_tokens(loss.get('note', ''))})"
+    text = head + tail
+    if confounded:
+        text += f"; confounded: {', '.join(confounded)} changed together"
+    return Claim(text, ratio, ci, faster, loss_verdict, confounded)
+
+
+def holds(original: Claim, scaled: Claim) -> tuple[bool, str]:
+    """Whether the claim holds at the other scale, and why (same sign and significance of the speed-up,
+    same loss verdict)."""
+    if original.faster is None:
+        return False, "the original comparison supports no speed claim"
+    if scaled.faster is None:
+        return False, "at the other scale the throughput difference is not significant"
+    if scaled.faster != original.faster:
+        return False, "at the other scale the effect has the opposite sign"
+    if scaled.loss_verdict != original.loss_verdict:
+        return False, f"the loss verdict changed: {original.loss_verdict} -> {scaled.loss_verdict}"
+    return True, "same sign, significant, same loss verdict"
