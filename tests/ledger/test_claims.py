@@ -20,7 +20,8 @@ def _cmp(ratio: float, verdict: str, loss_verdict: str = "no significant differe
 
 def test_claim_sentences() -> None:
     faster = state(_cmp(1.31, "better"), "A", "B")
-    assert faster.text == "B is 1.31x faster than A (tokens/s per device, 95% CI [1.24, 1.38]) at equal loss at 2,048 tokens"
+    assert faster.text == ("B is 1.31x faster than A (tokens/s per device, 95% CI [1.24, 1.38]) "
+                           "at equal loss at 2,048 tokens")
     slower = state(_cmp(0.5, "worse", "worse"), "A", "B")
     assert slower.faster is False and "but its loss at matched tokens is worse" in slower.text
     none = state(_cmp(1.01, "no significant difference"))
