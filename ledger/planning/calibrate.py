@@ -1,0 +1,188 @@
+"""Calibration of the performance model on receipts, and how well it predicts held-out ones.
+
+Per hardware profile, the four factors of :data:`ledger.planning.perf.FACTORS` (log scale) minimise
+sum (log predicted - log measured step time)^2 + ridge x sum log(factor)^2 (Levenberg-Marquardt, numeric
+Jacobian): the small ridge keeps a factor the receipts barely exercise near 1. A factor that changes no
+receipt's predicted step time by 1% or more is left at 1 and reported. Held-out error: leave-one-out
+(calibrate on the others, predict the one left out); MAPE of step time, which is also the MAPE of
+tokens/s-based MFU's reciprocal. Rank agreement of predicted and measured MFU: Spearman and Kendall.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ledger.planning.errors import TooFewReceipts
+from ledger.planning.geometry import concat
+from ledger.planning.observations import PerfObs
+from ledger.planning.perf import FACTORS, NOMINAL, Calibration, concat_plans, predict
+from ledger.planning.ranks import discordant_pairs, kendall, spearman
+
+Array = NDArray[np.float64]
+MIN_PERF_RECEIPTS = 3
+"""Receipts on one hardware profile needed to calibrate (and leave one out)."""
+RIDGE = 1e-4
+SENSITIVITY = 0.01
+
+
+@dataclass
+class PerfFit:
+    """The calibrated performance model of one hardware profile."""
+
+    hardware: str
+    calibration: Calibration
+    fixed: dict[str, str]
+    rows: list[dict[str, Any]]
+    metrics: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hardware": self.hardware, "calibration": self.calibration.to_dict(), "fixed": self.fixed,
+                "metrics": self.metrics, "receipts": self.rows, "notes": self.notes}
+
+
+class _Batch:
+    def __init__(self, obs: list[PerfObs]) -> None:
+        self.obs = obs
+        self.geometry = concat([o.geometry for o in obs])
+        self.plan = concat_plans([o.plan for o in obs])
+        self.hw = obs[0].hardware
+        self.y = np.log([o.step_s for o in obs])
+
+    def log_step(self, phi: Array) -> Array:
+        return np.log(predict(self.geometry, self.plan, self.hw, Calibration.from_vector(phi)).step_s)
+
+    def jacobian(self, phi: Array, h: float = 1e-4) -> tuple[Array, Array]:
+        f0 = self.log_step(phi)
+        J = np.empty((f0.size, phi.size))
+        for i in range(phi.size):
+            d = phi.copy()
+            d[i] += h
+            J[:, i] = (self.log_step(d) - f0) / h
+        return f0, J
+
+
+def _fit(batch: _Batch, free: NDArray[np.int64], mask: Array, phi0: Array, ridge: float = RIDGE) -> Array:
+    phi = phi0.copy()
+
+    def objective(p: Array) -> float:
+        r = (batch.log_step(p) - batch.y) * mask
+        return float(r @ r + ridge * p[free] @ p[free])
+
+    obj, mu = objective(phi), 1e-3
+    for _ in range(100):
+        f0, J = batch.jacobian(phi)
+        r = (f0 - batch.y) * mask
+        Jf = J[:, free] * mask[:, None]
+        H = Jf.T @ Jf + ridge * np.eye(free.size)
+        g = Jf.T @ r + ridge * phi[free]
+        accepted = False
+        for _ in range(10):
+            step = np.linalg.solve(H + mu * np.diag(np.diag(H)), -g)
+            cand = phi.copy()
+            cand[free] = np.clip(cand[free] + step, -5.0, 5.0)
+            c = objective(cand)
+            if c < obj:
+                done = obj - c < 1e-12 * max(obj, 1e-300)
+                phi, obj, mu, accepted = cand, c, max(mu / 3, 1e-12), True
+                break
+            mu *= 4
+        if not accepted or done:
+            break
+    return phi
+
+
+def _mape(pred: Array, meas: Array) -> float:
+    return float(100 * np.mean(np.abs(pred - meas) / meas))
+
+
+def fit_profile(obs: list[PerfObs], ridge: float = RIDGE) -> PerfFit:
+    """Calibrate on receipts of one hardware profile (at least :data:`MIN_PERF_RECEIPTS`)."""
+    batch = _Batch(obs)
+    n = len(obs)
+    zero = np.zeros(len(FACTORS))
+    _, J = batch.jacobian(zero)
+    fixed = {FACTORS[i]: "no receipt's predicted step time depends on it by 1% or more; left at 1"
+             for i in range(len(FACTORS)) if float(np.abs(J[:, i]).max()) < SENSITIVITY}
+    free = np.array([i for i, f in enumerate(FACTORS) if f not in fixed], dtype=np.int64)
+    ones = np.ones(n)
+    phi = _fit(batch, free, ones, zero, ridge) if free.size else zero
+    cal = Calibration.from_vector(phi)
+    nominal = predict(batch.geometry, batch.plan, batch.hw, NOMINAL)
+    fitted = predict(batch.geometry, batch.plan, batch.hw, cal)
+    held = np.full(n, np.nan)
+    for i in range(n):
+        mask = ones.copy()
+        mask[i] = 0.0
+        phi_i = _fit(batch, free, mask, phi, ridge) if free.size else zero
+        held[i] = math.exp(batch.log_step(phi_i)[i])
+    meas = np.exp(batch.y)
+    mfu = np.array([o.mfu for o in obs])
+    # predicted MFU: the same model FLOPs as the measured one, over the predicted step time
+    pred_mfu = mfu * meas / fitted.step_s
+    held_mfu = mfu * meas / held
+    nominal_mfu = mfu * meas / nominal.step_s
+    metrics = {
+        "receipts": float(n),
+        "mape_nominal_pct": _mape(nominal.step_s, meas),
+        "mape_in_sample_pct": _mape(fitted.step_s, meas),
+        "mape_held_out_pct": _mape(held, meas),
+        "spearman_in_sample": spearman(pred_mfu, mfu),
+        "kendall_in_sample": kendall(pred_mfu, mfu),
+        "spearman_held_out": spearman(held_mfu, mfu),
+        "kendall_held_out": kendall(held_mfu, mfu),
+        "spearman_nominal": spearman(nominal_mfu, mfu),
+        "kendall_nominal": kendall(nominal_mfu, mfu),
+    }
+    rows = []
+    for i, o in enumerate(obs):
+        rows.append({
+            "id": o.id, "label": o.label, "geometry": o.geometry.row(0), "plan": o.plan.row(0),
+            "measured_step_s": float(meas[i]), "predicted_step_s": float(fitted.step_s[i]),
+            "held_out_step_s": float(held[i]), "nominal_step_s": float(nominal.step_s[i]),
+            "measured_mfu": float(mfu[i]), "predicted_mfu": float(pred_mfu[i]),
+            "held_out_mfu": float(held_mfu[i]), "predicted_memory_bytes": float(fitted.memory_bytes[i]),
+        })
+    notes = []
+    bad = discordant_pairs(held_mfu, mfu)
+    if bad:
+        notes.append("held-out MFU ranking swaps " + "; ".join(
+            f"{obs[a].label} / {obs[b].label}" for a, b in bad))
+    return PerfFit(batch.hw.name, cal, fixed, rows, metrics, notes)
+
+
+def fit_perf(obs: list[PerfObs], ridge: float = RIDGE) -> list[PerfFit]:
+    """One calibration per hardware profile with enough receipts."""
+    groups: dict[str, list[PerfObs]] = {}
+    for o in obs:
+        groups.setdefault(o.hardware.name, []).append(o)
+    enough = {k: v for k, v in groups.items() if len(v) >= MIN_PERF_RECEIPTS}
+    if not enough:
+        counts = ", ".join(f"{k}: {len(v)}" for k, v in groups.items()) or "none"
+        raise TooFewReceipts(
+            f"too few receipts to fit the performance model: {len(obs)} usable ({counts}); at least "
+            f"{MIN_PERF_RECEIPTS} on one hardware profile are needed; {describe(obs)}"
+        )
+    return [fit_profile(v, ridge) for v in enough.values()]
+
+
+def describe(obs: list[PerfObs]) -> str:
+    """Which geometry and plan dimensions vary among the receipts."""
+    if not obs:
+        return "varying: nothing (no usable receipt)"
+    keys = ("layers", "hidden", "experts", "top_k", "granularity", "seq_len")
+    pkeys = ("tp", "pp", "ep", "dp", "micro_batch", "global_batch")
+    vary: list[str] = []
+    const: list[str] = []
+    for k in keys:
+        vals = sorted({float(getattr(o.geometry, k)[0]) for o in obs})
+        (vary if len(vals) > 1 else const).append(f"{k} ({len(vals)} values)" if len(vals) > 1 else f"{k}={vals[0]:g}")
+    for k in pkeys:
+        vals = sorted({float(getattr(o.plan, k)[0]) for o in obs})
+        (vary if len(vals) > 1 else const).append(f"{k} ({len(vals)} values)" if len(vals) > 1 else f"{k}={vals[0]:g}")
+    return f"varying: {', '.join(vary) or 'nothing'}; constant: {', '.join(const)}"

@@ -1,0 +1,285 @@
+"""What the fits read from receipts: losses at a token count (the law) and measured step times of
+geometries x plans on known hardware (the performance model). Receipts that lack something are skipped,
+each with the reason, never guessed.
+
+Loss of a receipt (``--loss``):
+
+- ``train`` (default): the mean training loss of the logged steps in the last 5% of the run's tokens (the
+  last step alone is one batch's noise); at a matched token count T (``--at-tokens``), the mean over the
+  steps within 2.5% of T. Receipts without a steps table fall back to ``summary.final_loss``.
+- ``val``: the validation loss of the whole split (split=val, no source, metric=loss): the last eval, or
+  at T the value interpolated linearly in log tokens between the evals around T.
+
+A receipt that never reached T tokens gives no observation at T (it is not extrapolated).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ledger.planning.fitting import Data
+from ledger.planning.geometry import Geometry
+from ledger.planning.hardware import Hardware, for_receipt
+from ledger.planning.perf import Plan
+
+TRAIN_TAIL = 0.05
+"""Share of the run's tokens over which the final training loss is averaged."""
+MATCH_WINDOW = 0.025
+"""Relative window around a matched token count for training losses."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A receipt left out of a fit, and why."""
+
+    label: str
+    reason: str
+
+
+def label(r: dict[str, Any]) -> str:
+    return f"{r['name']} ({r['id'][:8]})" if r.get("name") else str(r["id"][:12])
+
+
+def select(con: Any, where: str | None) -> list[dict[str, Any]]:
+    """The indexed receipts matching ``--where`` (all when None), oldest first."""
+    import json
+
+    from ledger import filters
+
+    keep = filters.parse(where) if where else (lambda _r: True)
+    rows = con.execute("SELECT receipt FROM receipts ORDER BY started_at NULLS LAST, id").fetchall()
+    return [r for r in (json.loads(row[0]) for row in rows) if keep(r)]
+
+
+def _usable(r: dict[str, Any]) -> str | None:
+    if r.get("status") not in ("succeeded", "imported"):
+        return f"status {r.get('status')}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ law
+def _law_inputs(r: dict[str, Any]) -> tuple[float, float, float] | str:
+    """(N_tot, S, G) of a receipt, or why they are unknown."""
+    m = (r.get("workload") or {}).get("model") or {}
+    n_tot = m.get("total_params")
+    if not n_tot:
+        return "no workload.model.total_params"
+    experts, top_k = m.get("num_experts") or 1, m.get("top_k") or 1
+    if top_k > experts:
+        return f"top_k {top_k} > num_experts {experts}"
+    g = m.get("granularity")
+    if g is None and m.get("ffn_hidden") and m.get("expert_hidden"):
+        g = m["ffn_hidden"] / m["expert_hidden"]
+    if g is None:
+        if experts > 1:
+            return "no workload.model.granularity (nor ffn_hidden and expert_hidden)"
+        g = 1.0
+    return float(n_tot), 1.0 - top_k / experts, float(g)
+
+
+def _train_losses(con: Any, rid: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = con.execute(
+        "SELECT tokens, loss FROM steps WHERE receipt_id = ? AND loss IS NOT NULL AND tokens IS NOT NULL "
+        "AND isfinite(loss) AND NOT coalesce(skipped, false) ORDER BY step", [rid]).fetchall()
+    if not rows:
+        return np.empty(0), np.empty(0)
+    arr = np.array(rows, dtype=float)
+    return arr[:, 0], arr[:, 1]
+
+
+def _val_losses(con: Any, r: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    rows = con.execute(
+        "SELECT step, tokens, value FROM evals WHERE receipt_id = ? AND split = 'val' AND source IS NULL "
+        "AND metric = 'loss' AND value IS NOT NULL AND isfinite(value) ORDER BY step", [r["id"]]).fetchall()
+    per_step = ((r.get("workload") or {}).get("batch") or {}).get("tokens_per_step")
+    out = []
+    for step, tokens, value in rows:
+        t = tokens if tokens is not None else (step * per_step if per_step else None)
+        if t:
+            out.append((float(t), float(value)))
+    if not out:
+        return np.empty(0), np.empty(0)
+    arr = np.array(out)
+    return arr[:, 0], arr[:, 1]
+
+
+def _at(tokens: np.ndarray, losses: np.ndarray, t: float, kind: str) -> float | None:
+    if tokens.size == 0 or t > tokens.max() * (1 + 1e-9) or t < tokens.min() * (1 - MATCH_WINDOW):
+        return None
+    if kind == "train":
+        near = np.abs(tokens - t) <= MATCH_WINDOW * t
+        if not near.any():
+            near = np.abs(tokens - t) == np.abs(tokens - t).min()
+        return float(losses[near].mean())
+    if t <= tokens.min():
+        return float(losses[0])
+    return float(np.interp(math.log(t), np.log(tokens), losses))
+
+
+def law_data(con: Any, receipts: Sequence[dict[str, Any]], loss: str = "train",
+             at_tokens: Sequence[float] | None = None) -> tuple[Data, list[str], list[Skipped]]:
+    """Observations for :func:`ledger.planning.fitting.fit_law`, the label of each receipt used, and
+    the receipts skipped."""
+    rows: list[tuple[float, float, float, float, float, int]] = []
+    labels: list[str] = []
+    skipped: list[Skipped] = []
+    for r in receipts:
+        why = _usable(r)
+        inputs = _law_inputs(r)
+        if why is None and isinstance(inputs, str):
+            why = inputs
+        if why is not None:
+            skipped.append(Skipped(label(r), why))
+            continue
+        assert not isinstance(inputs, str)
+        n_tot, s, g = inputs
+        if loss == "val":
+            tokens, losses = _val_losses(con, r)
+            if tokens.size == 0:
+                skipped.append(Skipped(label(r), "no validation loss (split=val, whole split, metric=loss)"))
+                continue
+        else:
+            tokens, losses = _train_losses(con, r["id"])
+            if tokens.size == 0:
+                final = (r.get("summary") or {}).get("final_loss")
+                total = (r.get("summary") or {}).get("tokens")
+                if final is None or not total:
+                    skipped.append(Skipped(label(r), "no training loss with token counts"))
+                    continue
+                tokens, losses = np.array([float(total)]), np.array([float(final)])
+        points: list[tuple[float, float]] = []
+        if at_tokens:
+            for t in at_tokens:
+                v = _at(tokens, losses, float(t), loss)
+                if v is not None:
+                    points.append((float(t), v))
+            if not points:
+                skipped.append(Skipped(label(r), f"never reached the matched token counts (ran {tokens.max():.4g})"))
+                continue
+        elif loss == "val":
+            points.append((float(tokens[-1]), float(losses[-1])))
+        else:
+            tail = tokens >= tokens.max() * (1 - TRAIN_TAIL)
+            points.append((float(tokens.max()), float(losses[tail].mean())))
+        index = len(labels)
+        labels.append(label(r))
+        rows += [(n_tot, t, s, g, v, index) for t, v in points]
+    if not rows:
+        return Data.of([], [], [], [], [], np.empty(0, dtype=np.int64)), labels, skipped
+    a = np.array(rows, dtype=float)
+    return Data.of(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5].astype(np.int64)), labels, skipped
+
+
+# ----------------------------------------------------------------------------------------------- perf
+@dataclass(frozen=True)
+class PerfObs:
+    """One receipt as the performance model sees it."""
+
+    id: str
+    label: str
+    geometry: Geometry
+    plan: Plan
+    hardware: Hardware
+    step_s: float
+    """Measured median step time after warm-up (summary.step_time_s)."""
+    flops_per_token: float
+    """Model FLOPs per token (DESIGN.md), from the receipt's active parameters."""
+    tokens_per_step: float
+
+    @property
+    def world(self) -> float:
+        return float(self.plan.world[0])
+
+    @property
+    def mfu(self) -> float:
+        """Measured MFU against the profile's peak for the receipt's precision."""
+        peak = self.hardware.peak(str(self.plan.precision[0]))
+        return self.tokens_per_step * self.flops_per_token / (self.step_s * self.world * peak)
+
+
+def perf_obs(receipts: Sequence[dict[str, Any]], hardware: Hardware | None = None,
+             extra: dict[str, Hardware] | None = None) -> tuple[list[PerfObs], list[Skipped]]:
+    """Receipts with a geometry, a parallel plan, a known hardware profile and a measured step time."""
+    out: list[PerfObs] = []
+    skipped: list[Skipped] = []
+    for r in receipts:
+        got = _perf_one(r, hardware, extra)
+        if isinstance(got, str):
+            skipped.append(Skipped(label(r), got))
+        else:
+            out.append(got)
+    return out, skipped
+
+
+def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Hardware] | None) -> PerfObs | str:
+    why = _usable(r)
+    if why:
+        return why
+    w = r.get("workload") or {}
+    m, par, batch = w.get("model") or {}, w.get("parallelism") or {}, w.get("batch") or {}
+    summary = r.get("summary") or {}
+    need = {"layers": m.get("layers"), "hidden": m.get("hidden"), "ffn_hidden": m.get("ffn_hidden"),
+            "sequence_length": (w.get("data") or {}).get("sequence_length"),
+            "vocab_size": (w.get("task") or {}).get("vocab_size"), "global_batch": batch.get("global_batch"),
+            "step_time_s": summary.get("step_time_s")}
+    missing = [k for k, v in need.items() if not v]
+    if missing:
+        return f"no {', '.join(missing)}"
+    hw = hardware or for_receipt(r, extra)
+    if hw is None:
+        gpu = ((r.get("stack") or {}).get("hardware") or {}).get("gpu_model")
+        return f"no hardware profile for {gpu!r} (give --hardware NAME or a profile file)"
+    experts, top_k = m.get("num_experts") or 1, m.get("top_k") or 1
+    g = m.get("granularity") or (m["ffn_hidden"] / m["expert_hidden"] if m.get("expert_hidden") else 1.0)
+    geom = Geometry.of(
+        layers=m["layers"], hidden=m["hidden"], heads=m.get("heads") or max(1, m["hidden"] // 128),
+        ffn_hidden=m["ffn_hidden"], experts=experts, top_k=top_k, granularity=g,
+        seq_len=need["sequence_length"], vocab=need["vocab_size"],
+        moe_layers=m.get("moe_layers") if m.get("moe_layers") is not None else (m["layers"] if experts > 1 else 0),
+        shared_experts=m.get("shared_experts") or 0,
+    )
+    tp, pp, ep = par.get("tp") or 1, par.get("pp") or 1, par.get("ep") or 1
+    world = par.get("world_size") or (tp * pp * (par.get("dp") or 1))
+    dp = par.get("dp") or max(1, world // (tp * pp))
+    gb = batch["global_batch"]
+    mb = batch.get("micro_batch") or max(1, gb // dp)
+    device = w.get("device")
+    grouped = (w.get("kernels") or {}).get("grouped_gemm")
+    if grouped is None:
+        grouped = device != "cpu" and hw.grouped_gemm
+    precision = (w.get("precision") or {}).get("compute") or ("fp32" if device == "cpu" else "bf16")
+    plan = Plan.of(tp=tp, pp=pp, ep=ep, dp=dp, micro_batch=mb, global_batch=gb, grouped=int(bool(grouped)),
+                   precision=precision)
+    active = m.get("active_params")
+    fpt = (6.0 * active + 12.0 * m["layers"] * m["hidden"] * need["sequence_length"]) if active else float(
+        geom.flops_per_token[0])
+    tokens = batch.get("tokens_per_step") or gb * need["sequence_length"]
+    step_s: Any = need["step_time_s"]
+    return PerfObs(r["id"], label(r), geom, plan, hw, float(step_s), float(fpt), float(tokens))
+
+
+# -------------------------------------------------------------------------------------------- goodput
+def goodput_from(ledger: Any, spec: str) -> tuple[float, str]:
+    """Measured goodput of a logical run (REF: any attempt's id, prefix or name) or of a group
+    (TAG=VALUE: productive time summed over its runs / their wall time summed). Returns (goodput, what)."""
+    from ledger import index
+    from ledger.analyses.gates import group_runs
+    from ledger.analyses.goodput import goodput_of_run
+    from ledger.attempts import load_run
+    from ledger.errors import BadInput
+
+    with index.reader(ledger) as con:
+        runs = group_runs(con, spec) if "=" in spec else [load_run(con, spec)]
+        measured = [goodput_of_run(con, run) for run in runs]
+    wall = sum(g.wall_s for g in measured)
+    if wall <= 0:
+        raise BadInput(f"--goodput-from {spec}: no wall time recorded, so no goodput")
+    value = sum(g.productive_s for g in measured) / wall
+    first = measured[0].name or measured[0].run_id[:12]
+    what = f"group {spec} ({len(measured)} runs)" if "=" in spec else f"run {first}"
+    return value, f"measured goodput of {what}: {100 * value:.1f}% of {wall:.4g} s wall time"
