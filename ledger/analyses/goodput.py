@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ledger.analyses.stats import median, sorted_median
 from schemas import Receipt
 
 BUCKETS = (
@@ -238,11 +239,37 @@ def _col(table: pa.Table, name: str, dtype: Any, fill: float | int = np.nan) -> 
     return np.asarray(column.to_numpy(), dtype=dtype)
 
 
+def _constant(table: pa.Table, name: str) -> bool:
+    """Does the column (nulls as 0, a missing column all 0) hold one value in every row?"""
+    if name not in table.column_names or table.num_rows == 0:
+        return True
+    column = table.column(name)
+    if column.null_count == table.num_rows:
+        return True
+    if column.null_count:
+        return False
+    bounds = pc.min_max(column)
+    return bool(bounds["min"].as_py() == bounds["max"].as_py())
+
+
 def _attempt_index(table: pa.Table, ids: Sequence[str]) -> np.ndarray:
     """Position of each row's receipt_id in ``ids`` (-1 for other receipts)."""
     if table.num_rows == 0:
         return np.zeros(0, np.int64)
-    idx = pc.index_in(table.column("receipt_id"), value_set=pa.array(list(ids), pa.string()))
+    column = table.column("receipt_id")
+    value_set = pa.array(list(ids), pa.string())
+    if pa.types.is_dictionary(column.type):
+        # look up the few distinct ids once, then map each row's dictionary index (no string per row)
+        parts = []
+        for chunk in column.chunks:
+            found = pc.fill_null(pc.index_in(chunk.dictionary.cast(pa.string()), value_set=value_set), -1)
+            lookup = np.append(np.asarray(found.to_numpy(), dtype=np.int64), -1)
+            indices = chunk.indices
+            at = np.asarray(pc.fill_null(indices, -1).to_numpy(), dtype=np.int64) if indices.null_count else \
+                np.asarray(indices.to_numpy(), dtype=np.int64)
+            parts.append(lookup[at])
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    idx = pc.index_in(column, value_set=value_set)
     return np.asarray(pc.fill_null(idx, -1).to_numpy(), dtype=np.int64)
 
 
@@ -300,6 +327,8 @@ def _inside(starts: np.ndarray, ends: np.ndarray, x: np.ndarray) -> np.ndarray:
 def _last_occurrence(values: np.ndarray) -> np.ndarray:
     """Mask of the last occurrence of each value (values in time order)."""
     n = values.size
+    if n > 1 and bool((values[1:] > values[:-1]).all()):
+        return np.ones(n, bool)  # no value repeats (no step was computed again)
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
@@ -320,6 +349,8 @@ def _unique_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = values.size
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if n > 1 and bool((values[1:] > values[:-1]).all()):
+        return values, np.arange(n, dtype=np.int64)  # already sorted and distinct
     lo, hi = int(values.min()), int(values.max())
     if hi - lo <= 4 * n + 1024:
         present = np.zeros(hi - lo + 1, bool)
@@ -336,13 +367,19 @@ def _unique_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _robust_steady(dt: np.ndarray) -> tuple[float | None, float | None, float | None, int]:
     """(median, MAD, median of the values <= median + 3 MAD, how many those are)."""
-    dt = dt[np.isfinite(dt)]
+    finite = np.isfinite(dt)
+    if not finite.all():
+        dt = dt[finite]
     if dt.size == 0:
         return None, None, None, 0
-    med = float(np.median(dt))
-    mad = float(np.median(np.abs(dt - med)))
-    kept = dt[dt <= med + 3 * mad]
-    return med, mad, float(np.median(kept)), int(kept.size)
+    ordered = np.sort(dt)  # one sort serves the median and the kept values (a prefix of it)
+    med = sorted_median(ordered)
+    dev = np.subtract(ordered, med)
+    np.abs(dev, out=dev)
+    dev.sort()
+    mad = sorted_median(dev)
+    kept = ordered[: int(np.searchsorted(ordered, med + 3 * mad, side="right"))]
+    return med, mad, sorted_median(kept), int(kept.size)
 
 
 # ------------------------------------------------------------------------------------------- compute
@@ -374,8 +411,9 @@ def compute(
     windows: list[tuple[float, float]] = []
     for i, r in enumerate(attempts):
         start, end = unix(r.started_at), unix(r.ended_at)
-        seen = np.concatenate([s_time[(s_aid == i) & np.isfinite(s_time)], e_time[(e_aid == i) & np.isfinite(e_time)]])
         if start is None or end is None:
+            seen = np.concatenate([s_time[(s_aid == i) & np.isfinite(s_time)],
+                                   e_time[(e_aid == i) & np.isfinite(e_time)]])
             if seen.size == 0:
                 raise _bad(f"attempt {r.attempt} ({r.id[:12]}) has no start or end time and no timed rows")
             notes.append(f"attempt {r.attempt} has no {'start' if start is None else 'end'} time: "
@@ -388,8 +426,9 @@ def compute(
     windows = [windows[i] for i in order]
     remap = np.empty(len(order), np.int64)
     remap[np.asarray(order, np.int64)] = np.arange(len(order))
-    s_aid = np.where(s_aid >= 0, remap[np.maximum(s_aid, 0)], -1)
-    e_aid = np.where(e_aid >= 0, remap[np.maximum(e_aid, 0)], -1)
+    if order != sorted(order):  # attempts were not given in time order: renumber their rows
+        s_aid = np.where(s_aid >= 0, remap[np.maximum(s_aid, 0)], -1)
+        e_aid = np.where(e_aid >= 0, remap[np.maximum(e_aid, 0)], -1)
     w_start = np.array([w[0] for w in windows])
     w_end = np.array([w[1] for w in windows])
     # from here on, times are seconds from the first attempt's start: Unix times (~1.8e9) carry only
@@ -404,8 +443,8 @@ def compute(
 
     # ------------------------------------------------------------------ steps
     rows = s_aid >= 0
-    rank = _col(steps, "rank", np.int64, 0)
-    if rows.any():
+    if rows.any() and not _constant(steps, "rank"):  # one rank throughout: none is higher
+        rank = _col(steps, "rank", np.int64, 0)
         low = np.full(len(attempts), np.iinfo(np.int64).max, np.int64)
         np.minimum.at(low, s_aid[rows], rank[rows])
         others = rows & (rank != low[np.maximum(s_aid, 0)])
@@ -416,16 +455,21 @@ def compute(
     if untimed.any():
         notes.append(f"{int(untimed.sum())} step rows carry no time and are left out of the timeline")
         rows &= ~untimed
-    sel = np.flatnonzero(rows)
-    aid = s_aid[sel]
-    t_end = s_time[sel]
-    step = _col(steps, "step", np.int64, 0)[sel]
-    dt = _col(steps, "step_time_s", np.float64)[sel]
-    tokens = _col(steps, "tokens", np.float64)[sel]
-    skipped = _col(steps, "skipped", np.bool_, False)[sel] if "skipped" in steps.column_names else None
+    every = bool(rows.all())  # the usual case: no row left out, so no copy through an index
+    sel = np.flatnonzero(rows) if not every else None
+
+    def pick(values: np.ndarray) -> np.ndarray:
+        return values if sel is None else values[sel]
+
+    aid = pick(s_aid)
+    t_end = pick(s_time)
+    step = pick(_col(steps, "step", np.int64, 0))
+    dt = pick(_col(steps, "step_time_s", np.float64))
+    tokens = pick(_col(steps, "tokens", np.float64))
+    skipped = pick(_col(steps, "skipped", np.bool_, False)) if "skipped" in steps.column_names else None
     if aid.size > 1:
-        d_aid = np.diff(aid)
-        sorted_ok = bool(np.all((d_aid > 0) | ((d_aid == 0) & (np.diff(t_end) >= 0))))
+        a0, a1 = aid[:-1], aid[1:]
+        sorted_ok = bool(np.all((a1 > a0) | ((a1 == a0) & (t_end[1:] >= t_end[:-1]))))
     else:
         sorted_ok = True
     if not sorted_ok:
@@ -445,12 +489,12 @@ def compute(
     if n:  # an attempt's first row may follow steps nobody logged (resumed from elsewhere): one interval
         first_of_attempt = np.ones(n, bool)
         first_of_attempt[1:] = aid[1:] != aid[:-1]
-        typical = max(1, int(np.median(width)))
+        typical = max(1, int(median(width)))
         width = np.where(first_of_attempt, np.minimum(width, typical), width)
     if n and width.max() > 1:
-        notes.append(f"steps are logged every {int(np.median(width))} steps or so: a logged row stands for the "
+        notes.append(f"steps are logged every {int(median(width))} steps or so: a logged row stands for the "
                      "steps since the previous one, each taking the logged step's time")
-    measured_dt = dt.copy()  # step_time_s is one step's time even where a row stands for several
+    measured_dt = dt  # step_time_s is one step's time even where a row stands for several (dt is replaced below)
     missing_dt = ~np.isfinite(dt)
     if missing_dt.any():
         gap = np.empty(n)
@@ -461,8 +505,12 @@ def compute(
         dt[still] = 0.0
         notes.append(f"{int(missing_dt.sum())} step rows have no step_time_s: taken from the time since the "
                      f"previous row ({int(still.sum())} with no previous row count as 0 s)")
-    a_lo = w_start[aid] if n else np.zeros(0)
-    a_hi = w_end[aid] if n else np.zeros(0)
+    if len(attempts) == 1:  # one window: the same bounds for every row
+        a_lo: np.ndarray | float = float(w_start[0])
+        a_hi: np.ndarray | float = float(w_end[0])
+    else:
+        a_lo = w_start[aid] if n else np.zeros(0)
+        a_hi = w_end[aid] if n else np.zeros(0)
     end = np.clip(t_end, a_lo, a_hi)
     start = np.clip(end - width * dt, a_lo, a_hi)
     if n > 1:
@@ -471,23 +519,29 @@ def compute(
 
     surviving = _last_occurrence(step)
     lost = ~surviving
+    all_survive = bool(surviving.all())  # no step computed again (the usual case): no masked copies
     data_in_steps = np.zeros(n)
     if timing is not None and timing.num_rows and n:
         data_in_steps = _data_phases(timing, ids, order, aid, step, surviving, length)
-    productive = float(length[surviving].sum() - data_in_steps.sum())
-    lost_s = float(length[lost].sum())
+    productive = float((length if all_survive else length[surviving]).sum() - data_in_steps.sum())
+    lost_s = 0.0 if all_survive else float(length[lost].sum())
 
     # tokens
     tokens_processed: int | None = None
     tokens_useful: int | None = None
     if n and np.isfinite(tokens).all():
-        cum_by_step = np.zeros(uniq.size)
-        cum_by_step[pos[surviving]] = tokens[surviving]
-        before = np.where(pos > 0, cum_by_step[np.maximum(pos - 1, 0)], 0.0)
-        per_row = np.maximum(tokens - before, 0.0)
+        if n < 2 or bool((step[1:] > step[:-1]).all()):  # steps rising: the previous step is the previous row
+            per_row = np.empty(n)
+            per_row[0] = tokens[0] - 0.0
+            np.subtract(tokens[1:], tokens[:-1], out=per_row[1:])
+        else:
+            cum_by_step = np.zeros(uniq.size)
+            cum_by_step[pos[surviving]] = tokens[surviving]
+            per_row = tokens - np.where(pos > 0, cum_by_step[np.maximum(pos - 1, 0)], 0.0)
+        np.maximum(per_row, 0.0, out=per_row)
         tokens_processed = int(per_row.sum())
         useful_rows = surviving if skipped is None else surviving & ~skipped
-        tokens_useful = int(per_row[useful_rows].sum())
+        tokens_useful = int((per_row if bool(useful_rows.all()) else per_row[useful_rows]).sum())
         if skipped is not None and skipped.any():
             notes.append(f"{int(skipped.sum())} skipped steps (non-finite gradients) count as processed, not useful "
                          "tokens")
@@ -568,7 +622,8 @@ def compute(
             intervals["downtime"].append((gap_start, windows[a][0]))
 
     # ------------------------------------------------------------------ partition
-    cover = _Cover(start[length > 0], end[length > 0])
+    timed = length > 0
+    cover = _Cover(start, end) if bool(timed.all()) else _Cover(start[timed], end[timed])
     cats = []
     for bucket in _PRIORITY:
         spans = np.array(intervals[bucket], dtype=np.float64).reshape(-1, 2)
@@ -604,18 +659,26 @@ def compute(
     nb = max(1, bins)
     edges = np.linspace(0.0, wall if wall > 0 else 1.0, nb + 1)
     if n:
-        centre = (start + end) / 2 - t0
-        b_idx = np.clip(((centre / (edges[-1] or 1.0)) * nb).astype(np.int64), 0, nb - 1)
-        bin_prod: np.ndarray = np.bincount(b_idx[surviving], weights=length[surviving], minlength=nb)
-        bin_lost: np.ndarray = np.bincount(b_idx[lost], weights=length[lost], minlength=nb)
+        if nb == 1:  # one bin holds every row
+            b_idx = np.zeros(n, np.int64)
+        else:
+            centre = (start + end) / 2 - t0
+            b_idx = np.clip(((centre / (edges[-1] or 1.0)) * nb).astype(np.int64), 0, nb - 1)
+        if all_survive:
+            bin_prod: np.ndarray = np.bincount(b_idx, weights=length, minlength=nb)
+            bin_lost: np.ndarray = np.zeros(nb)
+        else:
+            bin_prod = np.bincount(b_idx[surviving], weights=length[surviving], minlength=nb)
+            bin_lost = np.bincount(b_idx[lost], weights=length[lost], minlength=nb)
     else:
         bin_prod = np.zeros(nb)
         bin_lost = np.zeros(nb)
 
     # checkpoints whose state survives: the surviving computation of their step belongs to their attempt
-    owner_of_step = np.full(uniq.size, -1, np.int64)
-    owner_of_step[pos[surviving]] = aid[surviving]
     useful = 0
+    if saves:
+        owner_of_step = np.full(uniq.size, -1, np.int64)
+        owner_of_step[pos[surviving]] = aid[surviving]
     for a, st in saves:
         j = int(np.searchsorted(uniq, st, side="right")) - 1
         if j < 0 or owner_of_step[j] <= a:
@@ -624,7 +687,7 @@ def compute(
     spans_out = []
     for a, r in enumerate(attempts):
         mine = aid == a
-        steps_a = step[mine]
+        steps_a = step if len(attempts) == 1 and bool(mine.all()) else step[mine]
         spans_out.append(
             AttemptSpan(
                 id=r.id,
@@ -633,14 +696,18 @@ def compute(
                 start_s=windows[a][0] - t0,
                 end_s=windows[a][1] - t0,
                 steps_computed=int(mine.sum()),
-                steps_lost=int((mine & lost).sum()),
+                steps_lost=0 if all_survive else int((mine & lost).sum()),
                 first_step=int(steps_a.min()) if steps_a.size else None,
                 last_step=int(steps_a.max()) if steps_a.size else None,
                 restored_step=restored.get(a),
             )
         )
-    surv_idx = np.flatnonzero(surviving)
-    surv_order = surv_idx[np.argsort(step[surv_idx], kind="stable")]
+    # surviving rows by step (a stable sort; none needed when they already are, as usual)
+    surv_idx: np.ndarray | None = None if all_survive else np.flatnonzero(surviving)
+    surv_steps = step if surv_idx is None else step[surv_idx]
+    if surv_steps.size > 1 and not bool((surv_steps[1:] >= surv_steps[:-1]).all()):
+        by_step = np.argsort(surv_steps, kind="stable")
+        surv_idx = by_step if surv_idx is None else surv_idx[by_step]
     return Goodput(
         run_id=attempts[0].links.attempt_of or attempts[0].id,
         name=next((r.name for r in reversed(attempts) if r.name), None),
@@ -667,8 +734,8 @@ def compute(
         bin_edges_s=edges.tolist(),
         bin_productive_s=bin_prod.tolist(),
         bin_lost_s=bin_lost.tolist(),
-        surviving_steps=step[surv_order],
-        surviving_times=end[surv_order] + origin,
+        surviving_steps=np.array(step, dtype=np.int64) if surv_idx is None else step[surv_idx],
+        surviving_times=(end if surv_idx is None else end[surv_idx]) + origin,
     )
 
 

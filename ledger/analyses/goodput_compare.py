@@ -50,9 +50,10 @@ def _table(schema: pa.Schema, rid: str, columns: dict[str, Any], n: int) -> pa.T
             if isinstance(values, np.ndarray) and values.dtype.kind == "f" and not pa.types.is_floating(f.type):
                 # non-finite floats stand for missing values of an integer or boolean column (vectorised)
                 missing = ~np.isfinite(values)
-                filled = np.where(missing, 0, values)
+                mask = missing if missing.any() else None
+                filled = np.where(missing, 0, values) if mask is not None else values
                 cast = filled.astype(bool) if pa.types.is_boolean(f.type) else filled.astype(np.int64)
-                arrays.append(pa.array(cast, f.type, mask=missing))
+                arrays.append(pa.array(cast, f.type, mask=mask))
                 continue
             arrays.append(pa.array(values, f.type, from_pandas=True))
         else:
@@ -77,9 +78,14 @@ def tables_of(run: RunData) -> dict[str, pa.Table]:
             done.setdefault(int(e["step"]), float(e["time"]))
     step_numbers = np.asarray(steps.get("step", np.zeros(0)), dtype=float)
     step_times = np.asarray(steps.get("time", np.zeros(0)), dtype=float)
+    by_step = step_numbers.size < 2 or bool((step_numbers[1:] >= step_numbers[:-1]).all())
 
     def time_of_step(step: float) -> float | None:
-        """The end time of a logged step (the first row with that number), without a 1M-entry dict."""
+        """The end time of a logged step (the first row with that number), without a 1M-entry dict (a
+        binary search when the rows are by step, as RunData's are)."""
+        if by_step:
+            i = int(np.searchsorted(step_numbers, step, side="left"))
+            return float(step_times[i]) if i < step_numbers.size and step_numbers[i] == step else None
         hits = np.flatnonzero(step_numbers == step)
         return float(step_times[hits[0]]) if hits.size else None
 
@@ -99,14 +105,14 @@ def tables_of(run: RunData) -> dict[str, pa.Table]:
     return {"steps": step_table, "events": events, "evals": evals, "telemetry": telemetry}
 
 
-_CACHE: dict[int, tuple[RunData, Any]] = {}
+_MEMO = "goodput_compare.analysis"
+"""Key of the analysis in :attr:`RunData.memo` (kept with the run, so it lives exactly as long)."""
 
 
 def _analysis(run: RunData) -> Any:
-    """(goodput, tables) of one receipt, or the reason there is none (cached per RunData)."""
-    hit = _CACHE.get(id(run))
-    if hit is not None and hit[0] is run:
-        return hit[1]
+    """(goodput, tables) of one receipt, or the reason there is none (computed once per RunData)."""
+    if _MEMO in run.memo:
+        return run.memo[_MEMO]
     from ledger.analyses.goodput import compute
     from ledger.errors import LedgerError
 
@@ -120,9 +126,7 @@ def _analysis(run: RunData) -> Any:
             result = (compute([r], tables["steps"], tables["events"], bins=1), tables)
         except LedgerError as exc:
             result = str(exc)
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[id(run)] = (run, result)
+    run.memo[_MEMO] = result
     return result
 
 

@@ -195,7 +195,7 @@ class MetricRow:
 # ------------------------------------------------------------------------------------------ the engine
 def _statistic(samples: NDArray[np.float64], statistic: Statistic) -> float:
     if statistic == "median":
-        return float(np.median(samples))
+        return stats.median(samples)
     if statistic == "p90":
         return float(np.quantile(samples, 0.9))
     if statistic == "count":
@@ -337,6 +337,15 @@ def _row(spec: Spec, a: float | None, b: float | None, p: float | None, test: st
 
 # ------------------------------------------------------------------------------------- built-in metrics
 def _steady(run: RunData, column: str) -> NDArray[np.float64]:
+    """The finite values of a step column over the steady steps (computed once per run and column)."""
+    key = f"steady:{column}"
+    if key not in run.memo:
+        run.memo[key] = _steady_values(run, column)
+    found: NDArray[np.float64] = run.memo[key]
+    return found
+
+
+def _steady_values(run: RunData, column: str) -> NDArray[np.float64]:
     x = np.asarray(run.steps.get(column, np.empty(0)), dtype=np.float64)
     if x.size != run.n_steps:
         return np.empty(0)
@@ -379,7 +388,7 @@ def _throughput(run: RunData) -> Observation:
     x = tokens_per_s_per_device(run)
     if isinstance(x, str):
         return unavailable(x)
-    return Observation(float(np.median(x)), x, None, f"{run.devices} device(s)" if run.devices > 1 else "")
+    return Observation(stats.median(x), x, None, f"{run.devices} device(s)" if run.devices > 1 else "")
 
 
 def _tflops(run: RunData) -> NDArray[np.float64] | str:
@@ -399,7 +408,7 @@ def _tflops_obs(run: RunData) -> Observation:
     x = _tflops(run)
     if isinstance(x, str):
         return unavailable(x)
-    return Observation(float(np.median(x)), x)
+    return Observation(stats.median(x), x)
 
 
 def _mfu_obs(run: RunData) -> Observation:
@@ -410,7 +419,7 @@ def _mfu_obs(run: RunData) -> Observation:
     if isinstance(x, str):
         return unavailable(x)
     x = x * 1e12 / peak.flops
-    return Observation(float(np.median(x)), x, None, peak.label)
+    return Observation(stats.median(x), x, None, peak.label)
 
 
 def _step_time(statistic: Statistic) -> Callable[[RunData], Observation]:
@@ -592,7 +601,7 @@ def _phase_observer(phase: str) -> Callable[[RunData], Observation]:
         if x.size == 0:
             return unavailable(f"phase {phase!r} not timed after warm-up")
         x = x[stats.mad_keep(x)]
-        return Observation(float(np.median(x)), x)
+        return Observation(stats.median(x), x)
 
     return observe
 

@@ -14,6 +14,7 @@ same inputs give the same intervals on every machine.
   :func:`paired_bootstrap_means` resample (up to :data:`MEAN_RESAMPLE_MAX` observations, or
   :data:`PAIRED_RESAMPLE_MAX` shared points; above that they draw from the bootstrap's normal limit).
 - **Pooled t-test** for groups of runs (between-run variance): :func:`pooled_t`.
+- **Medians.** :func:`median` is :func:`numpy.median` computed from a sorted copy (faster, the same value).
 - **Outliers.** :func:`mad_keep` keeps observations whose modified z-score ``0.6745 |x - median| / MAD``
   is at most 3.5 (Iglewicz and Hoaglin).
 - **Spikes.** :func:`spikes` compares each observation with the median of the previous block.
@@ -25,6 +26,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -48,12 +50,29 @@ def as_float(values: ArrayLike) -> FloatArray:
 
 
 # ------------------------------------------------------------------------------------- robust summaries
+def sorted_median(s: NDArray[Any]) -> float:
+    """The median of an ascending sorted 1-D array (NaNs last, as :func:`numpy.sort` puts them), exactly as
+    :func:`numpy.median` computes it from the unsorted values: the mean of the middle one or two values,
+    NaN when there is a NaN (or no value)."""
+    n = s.size
+    if n == 0 or (s.dtype.kind == "f" and math.isnan(s[-1])):
+        return math.nan
+    k = n // 2
+    return float(np.mean(s[k - 1 : k + 1] if n % 2 == 0 else s[k : k + 1]))
+
+
+def median(x: ArrayLike) -> float:
+    """:func:`numpy.median` of a 1-D array, computed from a sorted copy (numpy's vectorised sort beats its
+    partition on large arrays); the same value bit for bit."""
+    return sorted_median(np.sort(np.asarray(x).ravel()))
+
+
 def mad(x: ArrayLike) -> float:
     """Median absolute deviation from the median (raw, not scaled to a standard deviation)."""
     a = as_float(x)
     if a.size == 0:
         return math.nan
-    return float(np.median(np.abs(a - np.median(a))))
+    return median(np.abs(a - median(a)))
 
 
 def mad_keep(x: ArrayLike, z: float = MAD_Z) -> NDArray[np.bool_]:
@@ -65,9 +84,9 @@ def mad_keep(x: ArrayLike, z: float = MAD_Z) -> NDArray[np.bool_]:
     finite = np.isfinite(a)
     if not finite.any():
         return finite
-    med = float(np.median(a[finite]))
+    med = median(a[finite])
     dev = np.abs(a - med)
-    scale = float(np.median(dev[finite]))
+    scale = median(dev[finite])
     if scale == 0.0:
         scale = 0.7979 * float(np.mean(dev[finite]))
     if scale == 0.0:
@@ -222,8 +241,7 @@ def bootstrap_quantile(x: ArrayLike, q: float, rng: np.random.Generator, n_boot:
     i1 = np.minimum((u1 * n).astype(np.int64), n - 1)
     i2 = np.minimum((u2 * n).astype(np.int64), n - 1)
     lo, hi = int(min(i1.min(), i2.min())), int(max(i1.max(), i2.max()))
-    part = np.partition(a, [lo, hi]) if hi > lo else np.partition(a, lo)
-    band = np.sort(part[lo : hi + 1])
+    band = np.sort(a)[lo : hi + 1]  # numpy's vectorised sort beats a partition at [lo, hi] and a sort of the band
     v1, v2 = band[i1 - lo], band[i2 - lo]
     return np.asarray(v1 + frac * (v2 - v1), dtype=np.float64)
 
@@ -380,8 +398,10 @@ def spikes(x: ArrayLike, *, block: int = 50, ratio: float = 2.0, z: float = 6.0)
         return out
     full = a[: nblocks * block].reshape(nblocks, block)
     if np.isfinite(full).all():
-        med = np.median(full, axis=1)
-        dev = np.median(np.abs(full - med[:, None]), axis=1)
+        # np.median along rows, from sorted rows (numpy's vectorised sort beats its partition here)
+        mid = slice((block - 1) // 2, block // 2 + 1)
+        med = np.mean(np.sort(full, axis=1)[:, mid], axis=1)
+        dev = np.mean(np.sort(np.abs(full - med[:, None]), axis=1)[:, mid], axis=1)
     else:
         masked = np.where(np.isfinite(full), full, np.nan)
         with warnings.catch_warnings():  # a block of only non-finite values has no median: NaN, no spikes
