@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ledger.clikit import echo_json, ledger_from, ledger_option
+from ledger.clikit import echo_json, ledger_from, ledger_option, parse_tags
 from ledger.errors import BadInput, LedgerError, QueryRefused
 
 
@@ -40,16 +40,6 @@ def cli(debug: bool, ledger_path: Path | None) -> None:
 
         ledger record --name baseline -- python -m runners.moe --config tiny
     """
-
-
-def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
-    tags = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise BadInput(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag sweep=lr")
-        tags[key] = val
-    return tags
 
 
 class _NoPandas:
@@ -120,7 +110,7 @@ def record(
     opts = RecordOptions(
         command=list(command),
         name=name,
-        tags=_parse_tags(tags),
+        tags=parse_tags(tags),
         env_names=env_names,
         telemetry_interval=telemetry_interval,
         **links,

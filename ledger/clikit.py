@@ -41,3 +41,16 @@ def _json_default(value: Any) -> Any:
 def echo_json(data: Any) -> None:
     """Print JSON with stable key order."""
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+
+
+def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
+    """``--tag K=V`` options as a mapping; a malformed one is bad input."""
+    from ledger.errors import BadInput
+
+    tags = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag sweep=lr")
+        tags[key] = val
+    return tags

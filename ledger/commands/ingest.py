@@ -7,21 +7,9 @@ from typing import Any
 
 import click
 
-from ledger.clikit import ledger_from, ledger_option
+from ledger.clikit import ledger_from, ledger_option, parse_tags
 
 _FILE = click.Path(dir_okay=False, path_type=Path)
-
-
-def _tags(values: tuple[str, ...]) -> dict[str, str]:
-    from ledger.errors import BadInput
-
-    out = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise BadInput(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag vendor=nvidia")
-        out[key] = val
-    return out
 
 
 def _ledger(ctx: click.Context, ledger_path: Path | None) -> Any:
@@ -71,7 +59,7 @@ def register(cli: click.Group) -> None:
         """
         from ledger.ingest.api import ingest_megatron
 
-        _done(ingest_megatron(_ledger(ctx, ledger_path), log, args_from, name, routing, _tags(tags)))
+        _done(ingest_megatron(_ledger(ctx, ledger_path), log, args_from, name, routing, parse_tags(tags)))
 
     @ingest.command("mlperf")
     @click.argument("result", type=_FILE)
@@ -92,7 +80,7 @@ def register(cli: click.Group) -> None:
         """
         from ledger.ingest.api import ingest_mlperf
 
-        _done(ingest_mlperf(_ledger(ctx, ledger_path), result, system, rules, name, _tags(tags)))
+        _done(ingest_mlperf(_ledger(ctx, ledger_path), result, system, rules, name, parse_tags(tags)))
 
     @ingest.command("golden")
     @click.argument("values", type=_FILE)
@@ -111,7 +99,7 @@ def register(cli: click.Group) -> None:
         """
         from ledger.ingest.api import ingest_golden
 
-        _done(ingest_golden(_ledger(ctx, ledger_path), values, config, name, _tags(tags)))
+        _done(ingest_golden(_ledger(ctx, ledger_path), values, config, name, parse_tags(tags)))
 
     @ingest.command("trace")
     @click.argument("trace_file", metavar="TRACE", type=_FILE)
