@@ -61,3 +61,34 @@ def test_golden_a100_vs_h100_hardware_changed(ledger: Ledger, golden_dir: Path) 
     a100 = ingest_golden(ledger, golden_dir / GOLDEN.format("a100"), golden_dir / CONFIG).receipt
     h100 = ingest_golden(ledger, golden_dir / GOLDEN.format("h100"), golden_dir / CONFIG).receipt
     assert changed(a100, h100) == {Factor.HARDWARE: ["stack.hardware.gpu_model"]}
+
+
+def _compare(ledger: Ledger, a: Receipt, b: Receipt) -> dict[str, object]:
+    """What `ledger compare A B --json` says about two imported receipts."""
+    from ledger import index
+    from ledger.analyses.compare import Ref, compare, to_json
+
+    with index.reader(ledger) as con:
+        return to_json(compare(con, Ref(ref=a.id), Ref(ref=b.id)))
+
+
+def _factors(result: dict[str, object]) -> set[str]:
+    return {c["factor"] for c in result["changed_factors"]}  # type: ignore[index, union-attr]
+
+
+def test_ledger_compare_on_imported_mlperf_and_golden(ledger: Ledger, mlperf_dir: Path, golden_dir: Path) -> None:
+    rules = [mlperf_dir / "rules"]
+    r0 = ingest_mlperf(ledger, mlperf_dir / NVIDIA.format(0), rules=rules).receipt
+    r1 = ingest_mlperf(ledger, mlperf_dir / NVIDIA.format(1), rules=rules).receipt
+    dell = ingest_mlperf(ledger, mlperf_dir / DELL, mlperf_dir / "systems" / "Dell__XE9680x8H100-SXM-80GB.json",
+                         rules=rules).receipt
+    same = _compare(ledger, r0, r1)
+    assert same["comparable"] is True and _factors(same) == {"seed"}  # no stack factor changed
+    vendors = _compare(ledger, r0, dell)
+    assert {"hardware", "software", "scale"} <= _factors(vendors)
+    confounded = {f for c in vendors["confounded"] for f in c["factors"]}  # type: ignore[union-attr, index]
+    assert {"hardware", "software", "scale"} <= confounded
+    a100 = ingest_golden(ledger, golden_dir / GOLDEN.format("a100"), golden_dir / CONFIG).receipt
+    h100 = ingest_golden(ledger, golden_dir / GOLDEN.format("h100"), golden_dir / CONFIG).receipt
+    gpus = _compare(ledger, a100, h100)
+    assert _factors(gpus) == {"hardware"}
