@@ -33,8 +33,9 @@ MAX_LISTED = 10
 """Line numbers listed in one problem message; the count is always complete."""
 
 
-class LineError(ValueError):
-    """A line that looks like evidence but does not parse; the message says what was wrong with it."""
+class LineError(BadInput, ValueError):
+    """A line that looks like evidence but does not parse; the message says what was wrong with it (a
+    LedgerError, so that whatever the parsers are fed, only LedgerErrors escape them)."""
 
 
 class WrongKind(BadInput):

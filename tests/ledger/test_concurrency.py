@@ -1,4 +1,4 @@
-"""32 concurrent `ledger record` runs while `ledger ls`, `query` and `reindex` run on the same ledger: no
+"""32 concurrent `ledger record` runs while `ledger ls`, `query`, `compare` and `reindex` run on the same ledger: no
 receipt lost or duplicated, no reader error, and every reader sees only complete receipts."""
 
 from __future__ import annotations
@@ -27,16 +27,26 @@ def test_writers_and_readers_together(ledger_dir: Path, workload) -> None:
         for i in range(WRITERS)
     ]
     reader_runs = 0
+    compared = 0
     cycle = [["ls", "--json"], ["query", "--json", "SELECT id, steps FROM receipts"], ["reindex"],
-             ["query", "--json", "SELECT receipt_id, count(*) AS n FROM steps GROUP BY 1"]]
-    while any(w.poll() is None for w in writers) or reader_runs < len(cycle):
+             ["query", "--json", "SELECT receipt_id, count(*) AS n FROM steps GROUP BY 1"], ["compare"]]
+    while any(w.poll() is None for w in writers) or reader_runs < len(cycle) or not compared:
         args = cycle[reader_runs % len(cycle)]
+        if args == ["compare"]:
+            done = ids_in(ledger_dir)
+            if len(done) < 2:
+                reader_runs += 1
+                continue
+            args = ["compare", done[0][:16], done[1][:16], "--json"]
         reader = _ledger(args, ledger_dir)
         out, err = reader.communicate(timeout=300)
         assert reader.returncode == 0, f"ledger {' '.join(args)} failed while writers ran: {err}"
         if args[0] == "ls":
             names = [r["name"] for r in json.loads(out)]
             assert len(names) == len(set(names)), "a receipt is listed twice"
+        elif args[0] == "compare":
+            assert json.loads(out)["comparable"] is True
+            compared += 1
         elif args[0] == "query":
             rows = json.loads(out)
             assert all(r.get("steps", STEPS) == STEPS and r.get("n", STEPS) == STEPS for r in rows), rows
@@ -52,5 +62,5 @@ def test_writers_and_readers_together(ledger_dir: Path, workload) -> None:
                     ledger_dir)
     out, _ = count.communicate(timeout=120)
     assert json.loads(out) == [{"n": WRITERS * STEPS, "r": WRITERS}]
-    assert reader_runs >= len(cycle)
+    assert reader_runs >= len(cycle) and compared >= 1
     assert not list((ledger_dir / ".staging").iterdir())

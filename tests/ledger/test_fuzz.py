@@ -108,3 +108,24 @@ def test_where(expr: str) -> None:
         assert str(exc)
         return
     assert predicate(VALID) in (True, False)
+
+
+RUNNER_RECEIPT = Receipt.model_validate({
+    "run_uuid": "u", "status": "succeeded",
+    "workload": {"model": {"layers": 2, "hidden": 64, "ffn_hidden": 256, "num_experts": 8},
+                 "parallelism": {"ep": 1}, "batch": {"global_batch": 16, "steps": 10},
+                 "launch": {"runner": "runners.moe", "config": "tiny", "overrides": []}}})
+
+
+@FUZZ
+@given(sets=st.lists(st.text(max_size=30), max_size=3), scale=st.lists(st.text(max_size=20), max_size=2))
+def test_set_and_scale_arguments(sets: list[str], scale: list[str]) -> None:
+    from ledger.rerun import rebuild_command
+    from ledger.scale import parse_scale
+
+    try:
+        command = rebuild_command(RUNNER_RECEIPT, sets, [parse_scale(s) for s in scale])
+    except LedgerError as exc:
+        assert str(exc)
+        return
+    assert command[command.index("-m") + 1] in ("runners.moe", "torch.distributed.run")
