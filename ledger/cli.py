@@ -55,7 +55,7 @@ def _keep_pandas_out() -> None:
     when it is installed, which would double `ledger record`'s overhead. The training child, a separate
     process, is not affected."""
     if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
-        sys.meta_path.insert(0, _NoPandas())  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _NoPandas())
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -500,9 +500,9 @@ def runtime_facts() -> dict[str, Any]:
         facts["cuda_runtime"] = torch.version.cuda
         devices = []
         if torch.cuda.is_available():
-            facts["cudnn"] = _cudnn_version(torch.backends.cudnn.version())
+            facts["cudnn"] = _cudnn_version(torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
             try:
-                facts["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+                facts["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
             except Exception as exc:
                 facts["errors"]["nccl"] = f"{type(exc).__name__}: {exc}"
             for i in range(torch.cuda.device_count()):

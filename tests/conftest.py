@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -69,7 +68,8 @@ def workload(tmp_path: Path) -> Callable[..., Path]:
                 import math, sys, time
                 import ledger.sdk
                 run = ledger.sdk.current()
-                run.set_workload({{"seed": 7, "precision": {{"compute": "fp32"}}, "model": {{"num_experts": 4, "top_k": 2}}}})
+                run.set_workload({{"seed": 7, "precision": {{"compute": "fp32"}},
+                                  "model": {{"num_experts": 4, "top_k": 2}}}})
                 for step in range(1, {steps} + 1):
                     run.log_step(step, loss=4.0 / step, tokens=step * 256, step_time_s=0.01,
                                  tokens_per_s=25600.0, lr=1e-3, custom_metric=step * 2)
