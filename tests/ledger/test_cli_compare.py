@@ -368,8 +368,10 @@ def test_html_report_renders_in_headless_chromium(planted: Planted, tmp_path: Pa
     external = [w for w in ("src=\"http", "href=\"http", "url(http", "@import") if w in html]
     assert not external, external
     for title in ("training loss vs tokens", "training loss vs training time", "step time after warm-up",
-                  "layer 0"):
+                  "layer 0", "Goodput timeline"):
         assert title in html
+    timelines = html.split('id="goodput"', 1)[1].split("<h2", 1)[0]
+    assert timelines.count("<svg") == 2 and "unavailable" not in timelines  # one timeline per side
 
     browser = _chromium()
     if browser is None:
