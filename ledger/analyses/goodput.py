@@ -904,7 +904,20 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
     rows_y = [top + i * (lane + gap) for i in range(3)]
     axis_y = rows_y[-1] + lane + 6
     legend_y = axis_y + 30
-    height = legend_y + 22
+    # legend entries flow left to right and wrap onto another row rather than run off the right edge
+    legend: list[tuple[float, float, str, str]] = []
+    lx: float = left
+    ly: float = legend_y
+    shares = g.shares()
+    for key in ("productive", *BUCKETS):
+        value = g.goodput if key == "productive" else shares.get(key, 0.0)
+        label = f"{key.replace('_', ' ')} {_pct(value)}"
+        entry_w = 14 + 6.5 * len(label) + 12
+        if lx > left and lx + entry_w > width - right:
+            lx, ly = left, ly + 18
+        legend.append((lx, ly, key, label))
+        lx += entry_w
+    height = int(ly) + 22
     e = html.escape
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -964,15 +977,9 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
         sec = wall * k / 5
         out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
         out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_fmt_s(sec))}</text>')
-    # legend
-    lx: float = left
-    shares = g.shares()
-    for key in ("productive", *BUCKETS):
-        value = g.goodput if key == "productive" else shares.get(key, 0.0)
-        label = f"{key.replace('_', ' ')} {_pct(value)}"
-        out.append(f'<rect x="{lx}" y="{legend_y}" width="10" height="10" fill="{COLOURS[key]}"/>')
-        out.append(f'<text x="{lx + 14}" y="{legend_y + 9}">{e(label)}</text>')
-        lx += 14 + 6.5 * len(label) + 12
+    for lx, ly, key, label in legend:
+        out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{COLOURS[key]}"/>')
+        out.append(f'<text x="{lx + 14}" y="{ly + 9}">{e(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)
 

@@ -251,6 +251,11 @@ def test_timeline_svg_is_self_contained_and_well_formed() -> None:
     assert "goodput 25.6%" in titles[0]
     # bins add up to the step time
     assert sum(g.bin_productive_s) == pytest.approx(6.4) and sum(g.bin_lost_s) == pytest.approx(1.6)
+    # the legend wraps inside the picture: every entry starts within the width, and the height holds it
+    texts = [t for t in root.iter("{http://www.w3.org/2000/svg}text") if t.text and "%" in t.text]
+    assert len(texts) == 1 + len(BUCKETS)
+    assert all(float(t.get("x", 0)) + 6.5 * len(t.text or "") <= 600 for t in texts)
+    assert max(float(t.get("y", 0)) for t in texts) < float(root.get("height", 0))
 
 
 def test_a_run_resumed_from_outside_the_ledger_does_not_claim_the_start_up() -> None:
