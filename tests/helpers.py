@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def ids_in(ledger_dir: Path) -> list[str]:
@@ -12,3 +14,24 @@ def ids_in(ledger_dir: Path) -> list[str]:
 
 def load_receipt(ledger_dir: Path, receipt_id: str) -> dict[str, object]:
     return json.loads((ledger_dir / receipt_id / "receipt.json").read_text())
+
+
+class LedgerAt:
+    """The real `ledger` CLI bound to the ledger under ``root/receipts``, run from ``root``."""
+
+    def __init__(self, root: Path, timeout: float = 180) -> None:
+        self.root = root
+        self.dir = root / "receipts"
+        self.timeout = timeout
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        from conftest import BIN, child_env
+
+        proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(self.dir), *args], env=child_env(),
+                              cwd=self.root, capture_output=True, text=True, timeout=self.timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"ledger {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)

@@ -12,15 +12,13 @@ On a machine without readable energy counters (no NVML, no RAPL) every energy fi
 from __future__ import annotations
 
 import json
-import subprocess
 import xml.etree.ElementTree as ET
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import BIN, child_env
+from helpers import LedgerAt
 
 from ledger.analyses.km import kaplan_meier
 
@@ -39,20 +37,8 @@ def runner(*overrides: str, extra: tuple[str, ...] = ()) -> list[str]:
     return ["python", "-m", "runners.moe", "--config", "tiny", *sets, *extra]
 
 
-class Ledger:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.dir = root / "receipts"
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(self.dir), *args], env=child_env(),
-                              cwd=self.root, capture_output=True, text=True, timeout=180)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"ledger {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-        return proc
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "--json").stdout)
+class Ledger(LedgerAt):
+    """The CLI bound to one test ledger, with a reader of its receipt files."""
 
     def receipt(self, receipt_id: str) -> dict[str, Any]:
         return json.loads((self.dir / receipt_id / "receipt.json").read_text())

@@ -12,13 +12,10 @@ once in three sweeps under heavy load.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import BIN, child_env
+from helpers import LedgerAt
 
 SWEEP = [(4, 2, 1), (8, 2, 2), (16, 2, 2), (32, 4, 4), (64, 8, 8), (64, 2, 2)]
 """(experts, top_k, granularity)."""
@@ -26,20 +23,8 @@ EVALS = "10240,20480,30720,40960"
 """Token counts of the evals (every 10 steps of 1,024 tokens)."""
 
 
-class Ledger:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.dir = root / "receipts"
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(self.dir), *args], env=child_env(),
-                              cwd=self.root, capture_output=True, text=True, timeout=300)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"ledger {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-        return proc
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self(*args, "--json").stdout)
+def Ledger(root: Path) -> LedgerAt:  # noqa: N802 (a recorder, like the class it returns)
+    return LedgerAt(root, timeout=300)
 
 
 @pytest.fixture(scope="module")
