@@ -3,7 +3,7 @@ MLflow's ``MlflowClient().get_metric_history`` of the same two runs (sqlite back
 
 Setup (not timed): two receipts are built the way a run publishes them — an SDK staging directory
 (``rank-00000/<table>.arrows`` Arrow IPC streams, ``workload.json``, ``wrapper.json``, ``stack.json``)
-turned into a receipt by :func:`ledger.publish.publish` — and indexed (the first reader syncs the DuckDB
+turned into a receipt by :func:`ledger.store.publish.publish` — and indexed (the first reader syncs the DuckDB
 index). They differ in one factor (precision bf16 -> fp8, 1.3x the throughput), ran "on" 8 H100s (so MFU
 has a peak), log 10 step metrics, routing every 80 steps for 2 MoE layers x 8 experts, and 10 evals.
 
@@ -59,8 +59,8 @@ def build_receipt(ledger: Any, name: str, precision: str, speedup: float, steps:
     import numpy as np
     import pyarrow as pa
 
-    from ledger.layout import STACK_FILE, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
-    from ledger.publish import Outcome, publish
+    from ledger.store.layout import STACK_FILE, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
+    from ledger.store.publish import Outcome, publish
     from schemas.receipt import (
         Architecture,
         Batch,
@@ -145,8 +145,8 @@ def build_receipt(ledger: Any, name: str, precision: str, speedup: float, steps:
 
 # --------------------------------------------------------------------------------------------- ours
 def time_ours(ledger: Any, a: str, b: str, reps: int, plugins: bool) -> tuple[float, list[float], dict[str, Any]]:
-    from ledger import index
     from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
+    from ledger.store import index
 
     def once() -> tuple[float, dict[str, Any]]:
         t0 = time.perf_counter()
@@ -218,8 +218,8 @@ def main() -> None:
         mlflow_child(args.workdir, args.mlflow_points)
         return
 
-    from ledger import index
-    from ledger.store import Ledger
+    from ledger.store import index
+    from ledger.store.receipts import Ledger
 
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         root = Path(tmp)

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from ledger.analyses.gates import load_pricing, run_gates
 from ledger.analyses.goodput import goodput_of_run
-from ledger.attempts import LogicalRun
+from ledger.store.attempts import LogicalRun
 from schemas import Receipt
 from schemas.receipt import Hardware, Links, Parallelism, QualityGate, Stack, Task, Workload
 from schemas.tables import EVALS, EVENTS, STEPS, TELEMETRY, TIMING

@@ -3,7 +3,7 @@ MLflow's ``MlflowClient().log_batch`` (sqlite backend) and with one raw pyarrow 
 
 Ours: ``ledger.sdk.Run(tmp, rank=0)`` (background flush thread on, as in training), 100,000
 ``log_step(step, **metrics)`` calls, ``close()``, then finalized the way publish does it:
-``ledger.merge.read_table`` + ``pyarrow.parquet.write_table(..., compression="zstd")``.
+``ledger.store.merge.read_table`` + ``pyarrow.parquet.write_table(..., compression="zstd")``.
 
 References, all starting from the same Python data (a list of 100,000 dicts, built before timing):
 - raw Parquet: ``pa.Table.from_pylist(rows)`` + ``pq.write_table(..., compression="zstd")`` (one wide
@@ -61,8 +61,8 @@ def make_rows(names: tuple[str, ...], steps: int, seed: int = 0) -> list[dict[st
 def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
     import pyarrow.parquet as pq
 
-    from ledger.merge import read_table
     from ledger.sdk import Run
+    from ledger.store.merge import read_table
 
     gc.collect()
     t0 = time.perf_counter()

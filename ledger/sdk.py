@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ledger.layout import (
+from ledger.store.layout import (
     ENV_RUN_DIR,
     RUNTIME_FILE,
     STREAM_SUFFIX,

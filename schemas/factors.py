@@ -3,6 +3,11 @@
 Every field of a receipt is tagged with exactly one factor (see DESIGN.md). `compare` and attribution
 group changes by factor, never by raw keys. The pseudo-factor ``record`` tags bookkeeping and outcomes
 (ids, times, status, metrics summaries): those are effects or labels, never causes.
+
+``hyperparameters`` are the training recipe (optimizer, learning rate and schedule, warm-up, clipping,
+weight decay, dropout, batch size); ``arguments`` are the command-line arguments and config files of a
+launch whose meaning the ledger does not know: a potential cause, never noise. The ``seed`` is the one
+factor whose change makes two runs *replicates* of one configuration.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ class Factor(StrEnum):
     PRECISION = "precision"
     ROUTER = "router"
     ARCHITECTURE = "architecture"
+    HYPERPARAMETERS = "hyperparameters"
+    ARGUMENTS = "arguments"
     TASK = "task"
     DATA = "data"
     SEED = "seed"

@@ -4,6 +4,9 @@ History:
 - v1 (pre-release, 2026-11): links were top-level fields (``attempt_of``, ``replicates``, ``baseline``)
   and tags a list of ``"key=value"`` strings.
 - v2: links grouped under ``links``; tags a mapping.
+- v3: ``workload.arguments`` (the ``arguments`` factor), ``optimizer.dropout`` and ``optimizer.min_lr``; the
+  optimizer and batch sizes are tagged ``hyperparameters``. Both new fields default to empty: a v2 receipt
+  needs only its version raised.
 
 ``migrate(data)`` upgrades a raw receipt dict step by step to :data:`SCHEMA_VERSION`. A receipt newer than
 this code raises :class:`SchemaVersionError` (upgrade stackreceipt to read it).
@@ -32,7 +35,11 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 3}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 """MIGRATIONS[v] turns a version-v dict into a version-(v+1) dict."""
 
 

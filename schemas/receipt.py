@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.factors import Factor
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The receipt schema version this code writes. Older versions are migrated on read."""
 
 
@@ -377,33 +377,37 @@ class Precision(Model):
 
 
 class Batch(Model):
-    """Batch sizes and training length."""
+    """Batch sizes (``hyperparameters``) and training length (``scale``)."""
 
-    global_batch: int | None = F(Factor.SCALE)
+    global_batch: int | None = F(Factor.HYPERPARAMETERS)
     """Sequences per optimizer step, over all ranks."""
-    micro_batch: int | None = F(Factor.SCALE)
+    micro_batch: int | None = F(Factor.HYPERPARAMETERS)
     """Sequences per rank per forward pass."""
-    tokens_per_step: int | None = F(Factor.SCALE)
+    tokens_per_step: int | None = F(Factor.HYPERPARAMETERS)
     """Tokens per optimizer step."""
     steps: int | None = F(Factor.SCALE)
     """Planned optimizer steps."""
 
 
 class Optimizer(Model):
-    """Optimizer and schedule."""
+    """The training recipe: optimizer, schedule and regularisation (the ``hyperparameters`` factor)."""
 
-    name: str | None = F(Factor.ARCHITECTURE)
+    name: str | None = F(Factor.HYPERPARAMETERS)
     """e.g. adamw."""
-    lr: float | None = F(Factor.ARCHITECTURE)
+    lr: float | None = F(Factor.HYPERPARAMETERS)
     """Peak learning rate."""
-    warmup_steps: int | None = F(Factor.ARCHITECTURE)
+    warmup_steps: int | None = F(Factor.HYPERPARAMETERS)
     """Linear warm-up steps."""
-    schedule: str | None = F(Factor.ARCHITECTURE)
+    schedule: str | None = F(Factor.HYPERPARAMETERS)
     """e.g. cosine."""
-    weight_decay: float | None = F(Factor.ARCHITECTURE)
+    weight_decay: float | None = F(Factor.HYPERPARAMETERS)
     """Weight decay."""
-    grad_clip: float | None = F(Factor.ARCHITECTURE)
+    grad_clip: float | None = F(Factor.HYPERPARAMETERS)
     """Gradient-norm clip."""
+    dropout: float | None = F(Factor.HYPERPARAMETERS)
+    """Dropout probability."""
+    min_lr: float | None = F(Factor.HYPERPARAMETERS)
+    """Final learning rate of the schedule."""
 
 
 class Launch(Model):
@@ -440,6 +444,10 @@ class Workload(Model):
     """Optimizer."""
     seed: int | None = F(Factor.SEED)
     """Random seed."""
+    arguments: dict[str, str] = F(Factor.ARGUMENTS, default_factory=dict)
+    """The launch's own command-line arguments and config-file keys, flat (``lr`` -> ``3e-3``), recorded when
+    the training process did not describe its workload: the ledger does not know what they mean, so each is
+    a potential cause of a difference. Empty for launches that describe themselves (SDK, Megatron)."""
     device: str | None = F(Factor.HARDWARE)
     """Device type the training ran on: cpu or cuda."""
     launch: Launch = Field(default_factory=Launch)

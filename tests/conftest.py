@@ -24,6 +24,8 @@ def child_env(**extra: str) -> dict[str, str]:
     env.pop("LEDGER_DIR", None)
     env["DVC_NO_ANALYTICS"] = "1"  # no network here; DVC must not try to send usage statistics
     env.update(extra)
+    # the tree under test, not whatever the environment's editable install points at
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 

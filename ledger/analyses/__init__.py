@@ -28,4 +28,7 @@ Any module of this package may contribute to ``compare`` without editing it: a m
 module-level ``HEADLINES`` (a list of :class:`ledger.analyses.attribution.Headline`) adds a headline
 metric that attribution splits over factors (e.g. time to a quality gate). See
 :func:`ledger.analyses.metrics.providers` and :func:`ledger.analyses.attribution.headlines`.
+
+May import: ``schemas``, ``ledger.errors``, ``ledger.store``, ``ledger.record`` (telemetry facts), ``ledger.ingest``.
+Never ``replay``, ``planning``, ``report`` or ``cli``.
 """

@@ -14,7 +14,7 @@ wall time. An imported MLPerf receipt is measured the same way from its evals; i
   the ranks (``parallelism.world_size``, else the launcher's, else the GPUs seen, else 1); a CPU run
   counts its ranks. Downtime holds no devices.
 - **Energy**: only from measured telemetry — per-GPU NVML energy counters sampled by the wrapper or the
-  SDK, or CPU RAPL package counters (:func:`ledger.telemetry.energy_summary`, cut at the gate's time) —
+  SDK, or CPU RAPL package counters (:func:`ledger.store.energy.energy_summary`, cut at the gate's time) —
   otherwise ``None`` and "not measured". An attempt without energy samples makes the whole figure "not
   measured": a partial sum would look like a measurement.
 - **Money**: device-hours times a price per device-hour, from ``--price-per-device-hour`` or a TOML file
@@ -357,7 +357,7 @@ def _cost_until(
 ) -> Cost:
     """Cost from ``since`` (default: the clock start) to Unix time ``until``: wall time, device-hours,
     energy and money."""
-    from ledger.telemetry import energy_summary
+    from ledger.store.energy import energy_summary
 
     since = clock_start(good) if since is None else since
 
@@ -707,7 +707,7 @@ def run_gates(
     gates: list[QualityGate] | None = None,
     good: Goodput | None = None,
 ) -> RunGates:
-    """A :class:`ledger.attempts.LogicalRun` against ``gates`` (default: the task's, or ``spec``), from an
+    """A :class:`ledger.store.attempts.LogicalRun` against ``gates`` (default: the task's, or ``spec``), from an
     index connection; ``good`` is the run's goodput when the caller has it already."""
     from ledger.analyses.goodput import goodput_of_run
 
@@ -726,8 +726,8 @@ def run_gates(
 
 def gate_report(ledger: Any, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
     """One logical run (any attempt's ref) against the task's gates (or ``spec``)."""
-    from ledger import index
-    from ledger.attempts import load_run
+    from ledger.store import index
+    from ledger.store.attempts import load_run
 
     with index.reader(ledger) as con:
         run = load_run(con, ref)
@@ -738,7 +738,7 @@ def group_runs(con: Any, tag: str) -> list[Any]:
     """The logical runs with an attempt tagged KEY=VALUE, oldest first."""
     import json
 
-    from ledger.attempts import run_of
+    from ledger.store.attempts import run_of
 
     key, sep, value = tag.partition("=")
     if not sep or not key:
@@ -757,7 +757,7 @@ def group_runs(con: Any, tag: str) -> list[Any]:
 def group_report(ledger: Any, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
     """Every logical run tagged ``TAG=VALUE`` against the task's gates (or ``spec``), summarised with
     censoring. Raises :class:`BadInput` when the runs train different tasks."""
-    from ledger import index
+    from ledger.store import index
 
     with index.reader(ledger) as con:
         runs = group_runs(con, tag)
@@ -779,7 +779,7 @@ def group_report(ledger: Any, tag: str, spec: str | None = None, pricing: Pricin
 def gate_metrics(con: Any, receipt_id: str, pricing: Pricing | None = None) -> list[MetricRow]:
     """Metric provider for ``ledger compare``: per gate of the task, the wall time, device-hours, energy
     and money to reach it (censored rows carry the run's total cost and ``censored=True``)."""
-    from ledger.attempts import run_of
+    from ledger.store.attempts import run_of
 
     run = run_of(con, receipt_id)
     if not run.task.quality_gates:

@@ -396,7 +396,7 @@ def compute(
     ``steps``, ``events`` and ``timing`` are the index's tables (each with ``receipt_id``), restricted to
     those receipts or not; ``events`` must be in recorded order per receipt and rank. ``timing`` is only
     read for data-loading phases (it may hold just those rows)."""
-    from ledger.attempts import check_attempts, unix
+    from ledger.store.attempts import check_attempts, unix
 
     check_attempts(attempts)
     notes: list[str] = []
@@ -820,15 +820,15 @@ def load_tables(con: Any, ids: Sequence[str]) -> dict[str, pa.Table]:
 
 
 def goodput_of_run(con: Any, run: Any, *, bins: int = TIMELINE_BINS) -> Goodput:
-    """Goodput of a :class:`ledger.attempts.LogicalRun` from the index."""
+    """Goodput of a :class:`ledger.store.attempts.LogicalRun` from the index."""
     tables = load_tables(con, run.ids)
     return compute(run.attempts, tables["steps"], tables["events"], tables["timing"], bins=bins)
 
 
 def goodput(ledger: Any, ref: str) -> Goodput:
     """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
-    from ledger import index
-    from ledger.attempts import load_run
+    from ledger.store import index
+    from ledger.store.attempts import load_run
 
     with index.reader(ledger) as con:
         run = load_run(con, ref)
@@ -851,7 +851,7 @@ class MetricRow:
 
 def goodput_metrics(con: Any, receipt_id: str) -> list[MetricRow]:
     """Metric provider for ``ledger compare``: the goodput figures of a receipt's logical run."""
-    from ledger.attempts import run_of
+    from ledger.store.attempts import run_of
 
     g = goodput_of_run(con, run_of(con, receipt_id), bins=1)
     rows = [

@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 
 from ledger.errors import BadInput
-from ledger.refs import resolve
+from ledger.store.refs import resolve
 from schemas import Factor, leaves
 from schemas.factors import CAUSAL_FACTORS
 

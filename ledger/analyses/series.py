@@ -6,7 +6,7 @@ rows arrives as one row per logged layer and step. Nulls become NaN. Everything 
 function of :class:`RunData`.
 
 Warm-up (one meaning everywhere, as the receipt summary): the first 10% of logged steps, at least 1 when
-there is more than one (:func:`ledger.summary.warmup_cut`).
+there is more than one (:func:`ledger.store.summary.warmup_cut`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses.stats import mad_keep
-from ledger.summary import warmup_cut
+from ledger.store.summary import warmup_cut
 from schemas import Receipt
 
 Columns = dict[str, NDArray[Any]]

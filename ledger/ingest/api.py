@@ -26,7 +26,7 @@ from ledger.ingest.common import (
 )
 from ledger.ingest.megatron import MegatronLog, parse_log, routing_from_dir
 from ledger.ingest.megatron_args import args_from_text, merge_args, workload_from_args
-from ledger.store import Ledger
+from ledger.store.receipts import Ledger
 from schemas import Links, Receipt, Stack
 from schemas.tables import TABLES
 
@@ -111,8 +111,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     the referenced receipt's facts (stack, workload, command, times, metric tables, log) plus the trace's
     timing rows (rank = the trace's rank) and events, with ``links.baseline`` = the referenced id and the
     tag ``trace_of=<id>``. Its status is ``imported`` and its source the trace."""
-    from ledger.layout import LOG_FILE
-    from ledger.reading import resolve_ref
+    from ledger.store.layout import LOG_FILE
+    from ledger.store.reading import resolve_ref
 
     check_file(path)
     issues = Issues(path.name)

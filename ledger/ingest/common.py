@@ -4,7 +4,7 @@ what kind of file something is, and turning parsed evidence into a published rec
 An importer parses its file into :class:`Evidence` (tables, workload, stack, facts) and hands it to
 :func:`publish_evidence`, which lays out a staging directory exactly as ``ledger record`` would (wrapper
 facts, ``stack.json``, ``rank-00000/<table>.arrows``, ``workload.json``, ``output.log``) and publishes it
-with status ``imported`` through :func:`ledger.publish.publish`; the facts only the evidence knows (its
+with status ``imported`` through :func:`ledger.store.publish.publish`; the facts only the evidence knows (its
 source, times, outcome, time to train, parse problems) are set by the publish ``amend`` hook before the id
 is sealed.
 """
@@ -187,7 +187,7 @@ def table(name: str, columns: Mapping[str, Sequence[Any]]) -> pa.Table:
 def write_tables(rank_dir: Path, tables: Mapping[str, pa.Table], skip_existing: bool = False) -> list[str]:
     """Write tables as Arrow IPC streams (``<table>.arrows``, what the SDK writes) into a rank directory;
     returns the names written. ``skip_existing`` leaves a table alone when its file is already there."""
-    from ledger.layout import STREAM_SUFFIX
+    from ledger.store.layout import STREAM_SUFFIX
 
     rank_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -247,10 +247,10 @@ def utc(value: datetime | None) -> datetime | None:
 
 def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Receipt:
     """Publish parsed evidence as an ``imported`` receipt and sync the index if its lock is free."""
-    from ledger.index import try_sync
-    from ledger.layout import LOG_FILE, STACK_FILE, WORKLOAD_FILE, rank_dir
-    from ledger.publish import Outcome, publish, write_wrapper_facts
     from ledger.redact import Redactor
+    from ledger.store.index import try_sync
+    from ledger.store.layout import LOG_FILE, STACK_FILE, WORKLOAD_FILE, rank_dir
+    from ledger.store.publish import Outcome, publish, write_wrapper_facts
 
     ledger.ensure_writable()
     redactor = Redactor(os.environ)

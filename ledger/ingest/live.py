@@ -23,8 +23,8 @@ from pathlib import Path
 from ledger.ingest.common import Issues, numbered_lines, write_tables
 from ledger.ingest.megatron import is_iteration_line, parse_lines, routing_from_dir
 from ledger.ingest.megatron_args import args_from_command, is_megatron_command, merge_args, workload_from_args
-from ledger.layout import JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
-from ledger.merge import rank_dirs
+from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
+from ledger.store.merge import rank_dirs
 from schemas import Workload
 
 SNIFF_LINES = 20_000

@@ -17,4 +17,7 @@ One concept per module:
     errors        the bad-input errors of this package
 
 Everything here is numpy and the standard library; nothing imports torch.
+
+May import: ``schemas``, ``ledger.errors``, ``ledger.store``, ``ledger.record``, ``ledger.ingest``, ``ledger.analyses``,
+``ledger.replay``. Never ``report`` or ``cli``.
 """

@@ -49,7 +49,7 @@ def select(con: Any, where: str | None) -> list[dict[str, Any]]:
     """The indexed receipts matching ``--where`` (all when None), oldest first."""
     import json
 
-    from ledger import filters
+    from ledger.store import filters
 
     keep = filters.parse(where) if where else (lambda _r: True)
     rows = con.execute("SELECT receipt FROM receipts ORDER BY started_at NULLS LAST, id").fetchall()
@@ -267,11 +267,11 @@ def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Har
 def goodput_from(ledger: Any, spec: str) -> tuple[float, str]:
     """Measured goodput of a logical run (REF: any attempt's id, prefix or name) or of a group
     (TAG=VALUE: productive time summed over its runs / their wall time summed). Returns (goodput, what)."""
-    from ledger import index
     from ledger.analyses.gates import group_runs
     from ledger.analyses.goodput import goodput_of_run
-    from ledger.attempts import load_run
     from ledger.errors import BadInput
+    from ledger.store import index
+    from ledger.store.attempts import load_run
 
     with index.reader(ledger) as con:
         runs = group_runs(con, spec) if "=" in spec else [load_run(con, spec)]

@@ -7,4 +7,6 @@
     fmt        number formatting shared by all of them
 
 Nothing here computes a statistic: every figure comes from :mod:`ledger.analyses.compare`.
+
+May import every package below it (store ... planning), never ``cli``.
 """

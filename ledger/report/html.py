@@ -287,8 +287,8 @@ def _timelines(timelines: Mapping[str, str]) -> str:
 def goodput_timelines(con: duckdb.DuckDBPyConnection, c: Comparison) -> dict[str, str]:
     """The goodput timeline of the first run of each side, or why it cannot be drawn."""
     from ledger.analyses.goodput import goodput_of_run, timeline_svg
-    from ledger.attempts import run_of
     from ledger.errors import LedgerError
+    from ledger.store.attempts import run_of
 
     out: dict[str, str] = {}
     for side, runs in (("A", c.runs_a), ("B", c.runs_b)):

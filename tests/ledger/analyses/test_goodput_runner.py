@@ -184,11 +184,11 @@ def test_compare_plugin_rows_and_headline(seeds: Ledger, crashed: tuple[Ledger, 
     """The rows `ledger compare` collects from ledger.analyses.goodput_compare agree with the commands."""
     import numpy as np
 
-    from ledger import index
     from ledger.analyses import goodput_compare
     from ledger.analyses.metrics import plugins
     from ledger.analyses.series import load_run
-    from ledger.store import Ledger as Store
+    from ledger.store import index
+    from ledger.store.receipts import Ledger as Store
 
     found = plugins()
     assert set(goodput_compare.METRICS) <= set(found.metrics) and goodput_compare.HEADLINES[0] in found.headlines

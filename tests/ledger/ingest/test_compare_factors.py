@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ledger.ingest.api import ingest_golden, ingest_mlperf
-from ledger.store import Ledger
+from ledger.store.receipts import Ledger
 from schemas import Factor, Receipt, factor_of, flatten
 
 NVIDIA = "llama2_70b_lora__NVIDIA__eos_n8_ngc24.04_nemo__result_{}.txt"
@@ -65,8 +65,8 @@ def test_golden_a100_vs_h100_hardware_changed(ledger: Ledger, golden_dir: Path) 
 
 def _compare(ledger: Ledger, a: Receipt, b: Receipt) -> dict[str, object]:
     """What `ledger compare A B --json` says about two imported receipts."""
-    from ledger import index
     from ledger.analyses.compare import Ref, compare, to_json
+    from ledger.store import index
 
     with index.reader(ledger) as con:
         return to_json(compare(con, Ref(ref=a.id), Ref(ref=b.id)))

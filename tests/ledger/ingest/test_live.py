@@ -7,14 +7,12 @@ import json
 import textwrap
 from pathlib import Path
 
-import pytest
-from conftest import ROOT
 from helpers import ids_in, load_receipt
 
 from ledger.ingest.live import augment
-from ledger.publish import Outcome, publish, write_wrapper_facts
 from ledger.sdk import Run
-from ledger.store import Ledger
+from ledger.store.publish import Outcome, publish, write_wrapper_facts
+from ledger.store.receipts import Ledger
 
 LING = "ling_v2_moe_pretrain_mtp_zloss.log"
 
@@ -71,11 +69,6 @@ def test_routing_dumps_of_this_run(tmp_path: Path, megatron_dir: Path) -> None:
     assert "3 routing" in notes[0]
 
 
-RECORD_WIRED = "ingest.live" in (ROOT / "ledger" / "record.py").read_text()
-
-
-@pytest.mark.skipif(not RECORD_WIRED, reason="ledger/record.py does not call ledger.ingest.live.augment yet "
-                                             "(the lead wires it; this test then runs)")
 def test_ledger_record_of_a_fake_megatron_launch(ledger_cli, ledger_dir: Path, megatron_dir: Path,
                                                  tmp_path: Path) -> None:
     script = tmp_path / "fake_megatron.py"

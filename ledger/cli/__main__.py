@@ -1,0 +1,5 @@
+"""``python -m ledger.cli``: the same as the ``ledger`` console script."""
+
+from ledger.cli.app import main
+
+main()

@@ -1,0 +1,259 @@
+"""The `ledger` command line: parse, call one library function, render.
+
+Every command takes ``--ledger DIR`` (default ``./receipts`` or ``$LEDGER_DIR``). Errors are one line,
+``Error: ...``, exit status 2 for bad input and 1 otherwise; ``ledger --debug CMD`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ledger.cli.kit import echo_json, ledger_from, ledger_option, parse_tags
+from ledger.errors import BadInput, LedgerError, QueryRefused
+
+
+class LedgerGroup(click.Group):
+    """Turns :class:`LedgerError` into a one-line message and its exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LedgerError as exc:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@ledger_option
+@click.version_option(package_name="stackreceipt")
+def cli(debug: bool, ledger_path: Path | None) -> None:
+    """stackreceipt: a reproducibility ledger for Mixture-of-Experts training.
+
+    Example:
+
+        ledger record --name baseline -- python -m runners.moe --config tiny
+    """
+
+
+class _NoPandas:
+    """Import hook that makes `import pandas` fail in this process."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is not used by the ledger wrapper")
+
+
+def _keep_pandas_out() -> None:
+    """The wrapper never needs pandas, but pyarrow imports it (about 0.4 s) on the first array it builds
+    when it is installed, which would double `ledger record`'s overhead. The training child, a separate
+    process, is not affected."""
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--name", help="A human name for the run (attempts of one run share it).")
+@click.option("--tag", "tags", multiple=True, metavar="K=V", help="A label; repeatable.")
+@click.option("--baseline", metavar="REF", help="The receipt this run should be compared against.")
+@click.option("--attempt-of", metavar="REF", help="This run restarts that receipt's logical run.")
+@click.option("--replicates", metavar="REF", help="This run replays that receipt.")
+@click.option("--env", "env_names", multiple=True, metavar="NAME", help="Also store this environment variable.")
+@click.option("--telemetry-interval", type=float, default=1.0, show_default=True,
+              help="Seconds between telemetry samples of this node (0: off).")
+@click.option("--id-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the new receipt's id to this file (for pipelines).")
+@ledger_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def record(
+    ctx: click.Context,
+    name: str | None,
+    tags: tuple[str, ...],
+    baseline: str | None,
+    attempt_of: str | None,
+    replicates: str | None,
+    env_names: tuple[str, ...],
+    telemetry_interval: float,
+    id_file: Path | None,
+    ledger_path: Path | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run a training launch and record its receipt; exits with the launch's exit status.
+
+    Example:
+
+        ledger record --name fp8 --tag sweep=precision -- torchrun --nproc_per_node 8 pretrain_gpt.py ...
+    """
+    from ledger.record.wrapper import RecordOptions
+    from ledger.record.wrapper import record as run_record
+    from ledger.store.links import resolve_links
+
+    _keep_pandas_out()
+
+    ledger = ledger_from(ctx, ledger_path)
+    if not command:
+        raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if attempt_of is None:
+        from ledger.store.attempts import auto_link
+
+        attempt_of = auto_link(ledger, name, list(command))
+        if attempt_of is not None:
+            click.echo(f"ledger: resuming run {name!r}: linked as a later attempt of {attempt_of[:12]}", err=True)
+    links = resolve_links(ledger, attempt_of=attempt_of, replicates=replicates, baseline=baseline)
+    opts = RecordOptions(
+        command=list(command),
+        name=name,
+        tags=parse_tags(tags),
+        env_names=env_names,
+        telemetry_interval=telemetry_interval,
+        **links,
+    )
+    result = run_record(ledger, opts)
+    if id_file is not None and result.receipt is not None:
+        id_file.parent.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(result.receipt.id + "\n")
+    ctx.exit(result.exit_code)
+
+
+@cli.command(name="ls")
+@click.option("--where", "where", metavar="EXPR", help="Filter, e.g. 'precision=bf16 and tag.sweep=lr'.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@ledger_option
+@click.pass_context
+def ls_cmd(ctx: click.Context, where: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """List receipts, oldest first.
+
+    Example:
+
+        ledger ls --where "status=failed and workload.model.num_experts>=8"
+    """
+    from ledger.report import console as render
+    from ledger.store import reading
+
+    rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
+    if as_json:
+        echo_json(rows)
+    else:
+        render.receipts_table(rows)
+
+
+@cli.command()
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Print the receipt as JSON.")
+@ledger_option
+@click.pass_context
+def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) -> None:
+    """Show one receipt (REF: id, unique id prefix, or name).
+
+    Example:
+
+        ledger show baseline --json
+    """
+    from ledger.report import console as render
+    from ledger.store import reading
+
+    receipt = reading.show(ledger_from(ctx, ledger_path), ref)
+    if as_json:
+        echo_json(receipt.model_dump(mode="json"))
+    else:
+        render.receipt(receipt)
+
+
+@cli.command()
+@click.argument("sql")
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects.")
+@ledger_option
+@click.pass_context
+def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None) -> None:
+    """Run one read-only SQL statement over the index.
+
+    Views: receipts, steps, evals, routing, timing, events, telemetry (each has receipt_id).
+
+    Example:
+
+        ledger query "SELECT name, max(tokens_per_s) FROM steps JOIN receipts ON id = receipt_id GROUP BY name"
+    """
+    from ledger.report import console as render
+    from ledger.store import reading
+
+    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql)
+    if as_json:
+        echo_json(table.to_pylist())
+    else:
+        render.arrow_table(table)
+
+
+@cli.command()
+@ledger_option
+@click.pass_context
+def reindex(ctx: click.Context, ledger_path: Path | None) -> None:
+    """Rebuild the DuckDB index from the receipt files (the index is derived: nothing is lost).
+
+    Example:
+
+        ledger reindex --ledger /shared/receipts
+    """
+    from ledger.report import console as render
+    from ledger.store import index
+
+    ledger = ledger_from(ctx, ledger_path)
+    with render.progress("indexing receipts") as advance:
+        result = index.reindex(ledger, advance)
+    click.echo(f"indexed {len(result.added)} receipt(s)" + (
+        f"; {len(result.damaged)} damaged: " + "; ".join(f"{k[:12]}: {v}" for k, v in result.damaged.items())
+        if result.damaged else ""))
+
+
+@cli.command()
+@click.option("--from", "staging", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Publish runs staged in DIR (where a wrapper staged them when the ledger was not writable).")
+@ledger_option
+@click.pass_context
+def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) -> None:
+    """Publish runs whose wrapper died or could not publish; leaves live runs alone.
+
+    A run whose wrapper saw the child exit gets the child's status; otherwise it is `interrupted`.
+
+    Example:
+
+        ledger recover
+        ledger recover --from /tmp/ledger-staging --ledger /shared/receipts
+    """
+    from ledger.record.recover import recover as do_recover
+    from ledger.store import index
+
+    ledger = ledger_from(ctx, ledger_path)
+    results = do_recover(ledger, staging)
+    for r in results:
+        click.echo(f"{r.run_uuid[:12]}: {r.action}" + (f" as {r.receipt_id}" if r.receipt_id else "")
+                   + (f" ({r.detail})" if r.detail else ""))
+    if not results:
+        click.echo("nothing to recover")
+    index.try_sync(ledger, timeout=30)
+
+
+def _register_plugins() -> None:
+    from ledger.cli.commands import register_all
+
+    register_all(cli)
+
+
+_register_plugins()
+
+
+def main() -> None:
+    """Console entry point."""
+    cli(prog_name="ledger")
+
+
+__all__ = ["QueryRefused", "cli", "main"]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())  # type: ignore[func-returns-value]

@@ -1,0 +1,174 @@
+"""`ledger rerun`: replay a receipt (optionally at another scale) and say whether it reproduced."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ledger.cli.kit import echo_json, ledger_from, ledger_option
+from ledger.errors import LedgerError
+
+
+@click.command()
+@click.argument("ref")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a runner config key.")
+@click.option("--scale", "scales", multiple=True, metavar="DIM=V|DIM=xK",
+              help="Replay at another scale: layers, width, experts, ranks, batch or steps.")
+@click.option("--name", help="Name of the new receipt (default: the original's name + '-rerun').")
+@ledger_option
+@click.pass_context
+def rerun(ctx: click.Context, ref: str, sets: tuple[str, ...], scales: tuple[str, ...], name: str | None,
+          ledger_path: Path | None) -> None:
+    """Replay a receipt under `ledger record` (linked with replicates: REF) and say whether it reproduced.
+
+    Warns about stack drift (commit, packages, drivers, hardware). An unchanged replay of a CPU runner
+    receipt must give a bit-identical loss curve; otherwise the final loss must fall within the original's
+    late-training spread. Exits 1 when it did not reproduce. With --set or --scale the rerun is a new
+    experiment: it is recorded and linked, and `ledger compare` judges it.
+
+    Example:
+
+        ledger rerun baseline
+        ledger rerun baseline --scale layers=x2 --set steps=100
+    """
+    from ledger.record.wrapper import RecordOptions, record
+    from ledger.replay.rerun import (
+        current_stack,
+        is_deterministic,
+        load_steps,
+        loss_verdict,
+        rebuild_command,
+        stack_drift,
+    )
+    from ledger.replay.scale import parse_scale
+    from ledger.store import reading
+    from ledger.store.integrity import check_intact
+
+    ledger = ledger_from(ctx, ledger_path)
+    original = check_intact(ledger, reading.resolve_ref(ledger, ref))
+    command = rebuild_command(original, sets, [parse_scale(s) for s in scales])
+    drift = stack_drift(original.stack, current_stack(command))
+    for line in drift.lines():
+        click.echo(f"ledger: warning: stack drift since {original.id[:12]}: {line}", err=True)
+    opts = RecordOptions(command=command, name=name or f"{original.name or original.id[:12]}-rerun",
+                         tags=dict(original.tags) | {"rerun_of": original.id[:12]}, replicates=original.id)
+    result = record(ledger, opts)
+    if result.receipt is None or result.exit_code:
+        ctx.exit(result.exit_code)
+    if sets or scales:
+        click.echo(f"ledger: rerun with changes recorded as {result.receipt.id[:12]}; "
+                   f"compare: ledger compare {original.id[:12]} {result.receipt.id[:12]}", err=True)
+        return
+    verdict = loss_verdict(load_steps(ledger, original), load_steps(ledger, result.receipt),
+                           is_deterministic(original, drift))
+    click.echo(f"{'reproduced' if verdict.reproduced else 'NOT reproduced'}: {verdict.how}")
+    if not verdict.reproduced:
+        ctx.exit(1)
+
+
+
+
+@click.command()
+@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
+@ledger_option
+@click.pass_context
+def push(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
+    """Share the ledger: `dvc add` it (index and runs in progress excluded) and `dvc push` it to a remote.
+
+    Example:
+
+        dvc remote add -d team s3://bucket/ledger && ledger push
+    """
+    from ledger.replay.share import push as do_push
+
+    click.echo(do_push(ledger_from(ctx, ledger_path), remote).message)
+
+
+@click.command()
+@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
+@ledger_option
+@click.pass_context
+def pull(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
+    """Fetch a shared ledger with `dvc pull` (needs the committed <ledger>.dvc pointer) and index it.
+
+    Example:
+
+        git pull && ledger pull && ledger verify
+    """
+    from ledger.replay.share import pull as do_pull
+    from ledger.store import index
+
+    ledger = ledger_from(ctx, ledger_path)
+    result = do_pull(ledger, remote)
+    index.reindex(ledger)
+    click.echo(result.message)
+
+
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--at", "at", metavar="DIM=V|DIM=xK",
+              help="Replay both runs at another scale (layers, width, experts, ranks, batch, steps) and check "
+                   "that the claim holds there.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@ledger_option
+@click.pass_context
+def claim(ctx: click.Context, a: str, b: str, at: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """State the claim that the comparison of A and B supports, with its CI; with --at, replay both runs at
+    another scale and say whether the claim holds there (exit 1 when it does not).
+
+    Example:
+
+        ledger claim baseline fp8
+        ledger claim baseline fp8 --at layers=x2
+    """
+    from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
+    from ledger.record.wrapper import RecordOptions, record
+    from ledger.replay.claims import holds, state
+    from ledger.replay.rerun import rebuild_command
+    from ledger.replay.scale import parse_scale
+    from ledger.store import index
+    from ledger.store.integrity import check_intact
+
+    ledger = ledger_from(ctx, ledger_path)
+    change = parse_scale(at) if at else None
+    with index.reader(ledger) as con:
+        first = to_json(compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False)))
+    original = state(first, a, b)
+    if change is None:
+        if as_json:
+            echo_json(original.as_json())
+        else:
+            click.echo(original.text)
+        return
+    replayed = []
+    for side, ref in ((first["a"], a), (first["b"], b)):
+        receipt = check_intact(ledger, side["ids"][0])
+        command = rebuild_command(receipt, scale=[change])
+        result = record(ledger, RecordOptions(
+            command=command, name=f"{receipt.name or ref}@{change}", replicates=receipt.id,
+            tags=dict(receipt.tags) | {"claim_scale": str(change)},
+            stdout=sys.stderr.buffer if as_json else None))  # keep stdout for the JSON
+        if result.receipt is None or result.exit_code:
+            raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
+        replayed.append(result.receipt.id)
+    with index.reader(ledger) as con:
+        second = to_json(compare(con, Ref(ref=replayed[0]), Ref(ref=replayed[1]), CompareOptions(plugins=False)))
+    scaled = state(second, f"{a}@{change}", f"{b}@{change}")
+    ok, why = holds(original, scaled)
+    if as_json:
+        echo_json({"original": original.as_json(), "scaled": scaled.as_json(), "at": str(change),
+                   "holds": ok, "why": why, "replayed": replayed})
+    else:
+        click.echo(f"as recorded:  {original.text}")
+        click.echo(f"at {change}:  {scaled.text}")
+        click.echo(f"the claim {'holds' if ok else 'does NOT hold'} at {change}: {why}")
+    if not ok:
+        ctx.exit(1)
+
+
+def register(cli: click.Group) -> None:
+    for command in (rerun, claim, push, pull):
+        cli.add_command(command)

@@ -1,0 +1,105 @@
+"""`ledger recover`: publish runs whose wrapper died, as `interrupted`, exactly once.
+
+A staging directory is abandoned when nobody holds its lock (the wrapper holds it for its whole life and
+the kernel releases it when the wrapper dies) and its child process no longer runs. Temporary
+directories of publishers that died are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ledger.record.capture import merge_runtime
+from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
+from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
+from ledger.store.merge import read_json
+from ledger.store.publish import Outcome, StagingBusy, acquire_staging_lock, publish
+from ledger.store.receipts import Ledger
+
+
+@dataclass
+class Recovered:
+    """What recover did with one staging directory."""
+
+    run_uuid: str
+    action: str  # published, running, skipped
+    receipt_id: str | None = None
+    detail: str = ""
+
+
+def _last_sign_of_life(run_dir: Path) -> datetime:
+    latest = run_dir.stat().st_mtime
+    for root, _, files in os.walk(run_dir):
+        for name in files:
+            try:
+                latest = max(latest, os.stat(os.path.join(root, name)).st_mtime)
+            except OSError:
+                pass
+    return datetime.fromtimestamp(latest, UTC)
+
+
+def recover(ledger: Ledger, staging: Path | None = None) -> list[Recovered]:
+    """Publish every abandoned run of the ledger (or of another staging directory, e.g. the fallback a
+    wrapper used when the ledger was not writable); report what was done with each run."""
+    results: list[Recovered] = []
+    root = staging or ledger.staging
+    if staging is not None:
+        ledger.ensure_writable()
+    if root.is_dir():
+        for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            results.append(_recover_one(ledger, run_dir))
+    _remove_stale_tmp(ledger)
+    return results
+
+
+def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
+    try:
+        fd = acquire_staging_lock(run_dir)
+    except StagingBusy:
+        return Recovered(run_dir.name, "running", detail="its wrapper is alive")
+    except OSError as exc:
+        return Recovered(run_dir.name, "skipped", detail=str(exc))
+    try:
+        facts, _ = read_json(run_dir / WRAPPER_FILE)
+        facts = facts or {}
+        if facts.get("host") in (None, os.uname().nodename) and process_alive(
+            facts.get("child_pid"), facts.get("child_start")
+        ):
+            return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
+        outcome = _outcome(run_dir)
+        receipt = publish(ledger, run_dir, outcome, locked=True, runtime=merge_runtime)
+        return Recovered(run_dir.name, "published", receipt.id)
+    finally:
+        os.close(fd)
+
+
+def _outcome(run_dir: Path) -> Outcome:
+    """The child's true outcome when the wrapper saw it exit (exit.json); otherwise interrupted, ended at
+    the run's last sign of life."""
+    done, _ = read_json(run_dir / EXIT_FILE)
+    if done is not None and isinstance(done.get("returncode"), int):
+        ended = datetime.fromisoformat(done["ended_at"]) if done.get("ended_at") else _last_sign_of_life(run_dir)
+        return outcome_of(done["returncode"], done.get("forwarded") or [], ended)
+    return Outcome(status="interrupted", ended_at=_last_sign_of_life(run_dir))
+
+
+def _remove_stale_tmp(ledger: Ledger) -> None:
+    """Remove .tmp-<run_uuid>-* directories whose run is no longer being published by anyone."""
+    if not ledger.root.is_dir():
+        return
+    for tmp in ledger.root.iterdir():
+        if not tmp.name.startswith(TMP_PREFIX) or not tmp.is_dir():
+            continue
+        run_uuid = tmp.name[len(TMP_PREFIX) :].split("-", 1)[0]
+        run_dir = ledger.staging / run_uuid
+        if run_dir.is_dir():
+            try:
+                fd = acquire_staging_lock(run_dir)
+            except (StagingBusy, OSError):
+                continue
+            os.close(fd)
+        shutil.rmtree(tmp, ignore_errors=True)

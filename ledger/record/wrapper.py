@@ -1,0 +1,334 @@
+"""`ledger record -- CMD`: run any training launch as a child and publish its receipt.
+
+The child runs in its own process group with ``LEDGER_RUN_DIR`` pointing at the run's staging directory.
+The wrapper tees the child's stdout and stderr to the terminal and (secrets redacted) to ``output.log``,
+forwards SIGINT/SIGTERM/SIGHUP to the child's group, captures the stack in a background thread, samples
+its own node's telemetry, and on exit — success, failure, signal, child killed — publishes the receipt
+(:mod:`ledger.store.publish`), syncs the index if it can, prints the id and exits with the child's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from subprocess import PIPE, Popen
+from typing import IO, Any
+
+from ledger import __version__
+from ledger.errors import BadInput, LedgerError, LedgerNotWritable
+from ledger.store.faults import fault
+from ledger.store.index import try_sync
+from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
+from ledger.store.publish import (
+    Outcome,
+    acquire_staging_lock,
+    add_problems,
+    publish,
+    write_json_atomic,
+    write_wrapper_facts,
+)
+from ledger.store.receipts import Ledger
+from schemas import Receipt
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_NOT_RECORDED = 75
+"""Exit status of `ledger record` when the launch succeeded but its receipt could not be published
+(EX_TEMPFAIL: retry with `ledger recover`). A failed launch keeps its own exit status."""
+EXIT_FILE = "exit.json"
+"""Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
+a run whose wrapper died afterwards its true status."""
+
+
+@dataclass
+class RecordOptions:
+    """Everything `ledger record` needs besides the ledger."""
+
+    command: Sequence[str]
+    name: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    attempt_of: str | None = None
+    attempt: int = 1
+    replicates: str | None = None
+    baseline: str | None = None
+    env_names: Sequence[str] = ()
+    cwd: Path = field(default_factory=Path.cwd)
+    telemetry_interval: float = 1.0
+    stdout: IO[bytes] | None = None
+    stderr: IO[bytes] | None = None
+
+
+@dataclass
+class RecordResult:
+    """The published receipt (None when publishing failed) and the exit code to return."""
+
+    receipt: Receipt | None
+    exit_code: int
+    run_dir: Path
+
+
+def outcome_of(returncode: int, forwarded: Sequence[int], ended: datetime | None) -> Outcome:
+    """Status, exit code and signal of a child that exited with ``returncode`` (negative: killed by a
+    signal) after the wrapper forwarded the signals ``forwarded`` to it."""
+    if returncode >= 0:
+        exit_code, signame = returncode, None
+    else:
+        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
+    if returncode == 0:
+        status = "succeeded"
+    elif forwarded and (-returncode in forwarded or returncode - 128 in forwarded or returncode in (130, 143)):
+        status = "interrupted"
+    else:
+        status = "failed"
+    return Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
+
+
+def _proc_start(pid: int) -> str | None:
+    """Start time of a process (clock ticks since boot), to tell a live pid from a reused one."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_alive(pid: int | None, start: str | None) -> bool:
+    """True when the process with this pid and start time still runs (on this host)."""
+    if not pid:
+        return False
+    current = _proc_start(pid)
+    if current is None:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z" and (start is None or current == start)
+
+
+class _Tee:
+    """Copies the child's two streams to the terminal as they come and, line by line and redacted, into
+    the run's log."""
+
+    def __init__(self, log_path: Path, redact: Any, outputs: tuple[IO[bytes], IO[bytes]]) -> None:
+        self.log = open(log_path, "a", encoding="utf-8", errors="replace")
+        self.redact = redact
+        self.outputs = outputs
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.error: str | None = None
+
+    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+        for stream, out in zip(streams, self.outputs, strict=True):
+            t = threading.Thread(target=self._pump, args=(stream, out), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
+        fd = stream.fileno()
+        pending = b""
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            try:
+                out.write(chunk)
+                out.flush()
+            except (OSError, ValueError):
+                pass  # the terminal went away; keep logging
+            pending += chunk
+            if b"\n" in pending:
+                complete, pending = pending.rsplit(b"\n", 1)
+                self._write(complete + b"\n")
+        if pending:
+            self._write(pending + b"\n")
+        stream.close()
+
+    def _write(self, data: bytes) -> None:
+        text = "".join(self.redact(line) for line in data.decode("utf-8", "replace").splitlines(keepends=True))
+        with self.lock:
+            if self.error is not None:
+                return
+            try:
+                self.log.write(text)
+                self.log.flush()
+            except OSError as exc:  # a full disk must never stall the child's output
+                self.error = f"output.log: writing stopped: {exc.strerror or exc}"
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join()
+        try:
+            self.log.close()
+        except OSError as exc:
+            self.error = self.error or f"output.log: {exc.strerror or exc}"
+
+
+def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
+    """Run the command under the ledger and publish its receipt."""
+    from ledger.redact import Redactor
+
+    if not opts.command:
+        raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
+        raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
+    env = dict(os.environ)
+    redactor = Redactor(env, opts.env_names)
+    run_uuid = uuid.uuid4().hex
+    err = opts.stderr or sys.stderr.buffer
+    staging = _staging_root(ledger, err)
+    run_dir = staging / run_uuid
+    run_dir.mkdir(parents=True)
+    lock_fd = acquire_staging_lock(run_dir)
+    facts: dict[str, Any] = {
+        "run_uuid": run_uuid,
+        "pid": os.getpid(),
+        "pid_start": _proc_start(os.getpid()),
+        "host": socket.gethostname(),
+        "started_at": datetime.now(UTC).isoformat(),
+        "command": redactor.argv(list(opts.command)),
+        "cwd": str(opts.cwd),
+        "name": opts.name,
+        "tags": dict(opts.tags),
+        "attempt": opts.attempt,
+        "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
+        "ledger_version": __version__,
+    }
+    write_wrapper_facts(run_dir, facts)
+    _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
+
+    capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
+    capture.start()
+    sampler = _start_sampler(run_dir, opts.telemetry_interval)
+
+    child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
+    forwarded: list[int] = []
+    fault("prelaunch")
+    child = Popen(list(opts.command), stdout=PIPE, stderr=PIPE, env=child_env, cwd=opts.cwd, start_new_session=True)
+    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
+    fault("launched")
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    outputs = (opts.stdout or sys.stdout.buffer, err)
+    tee = _Tee(run_dir / LOG_FILE, redactor.text, outputs)
+    assert child.stdout is not None and child.stderr is not None
+    tee.start((child.stdout, child.stderr))
+    fault("running")
+    try:
+        returncode = child.wait()
+        tee.join()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    ended = datetime.now(UTC)
+    with contextlib.suppress(OSError):  # in place, into the space reserved at launch: works on a full disk
+        _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
+    fault("finalizing")
+    if sampler is not None:
+        sampler.stop()
+    notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]
+    notes += [(LOG_FILE, tee.error)] if tee.error else []
+    # a Megatron launch without the SDK: its metrics and workload come from the tee'd log
+    from ledger.ingest.live import augment
+
+    notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
+    with contextlib.suppress(OSError):  # published as problems of the receipt
+        add_problems(run_dir, notes)
+    capture.join(timeout=60)
+
+    outcome = outcome_of(returncode, forwarded, ended)
+    exit_code, status = outcome.exit_code or 0, outcome.status
+    try:
+        from ledger.record.capture import merge_runtime
+
+        receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime)
+    except (LedgerError, OSError) as exc:
+        os.close(lock_fd)
+        source = "" if staging == ledger.staging else f" --from {staging}"
+        _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
+                  f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
+        return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
+    os.close(lock_fd)
+    fault("indexing")
+    try_sync(ledger)
+    _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    return RecordResult(receipt, exit_code, run_dir)
+
+
+EXIT_RESERVE = 512
+
+
+def _fill(path: Path, data: dict[str, Any]) -> None:
+    """Write a small JSON document into a file of fixed size, overwriting in place: once the file
+    exists, no new disk blocks are needed, so the child's outcome can be kept when the disk is full."""
+    text = json.dumps(data, sort_keys=True).encode()
+    if len(text) > EXIT_RESERVE:
+        raise ValueError("outcome larger than its reserved space")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, text.ljust(EXIT_RESERVE), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
+    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a
+    directory under $TMPDIR, so that the training still runs and its data can be published later."""
+    try:
+        ledger.ensure_writable()
+        return ledger.staging
+    except LedgerNotWritable as exc:
+        fallback = Path(tempfile.gettempdir()) / "ledger-staging"
+        fallback.mkdir(parents=True, exist_ok=True)
+        _say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
+        return fallback
+
+
+def _say(stream: IO[bytes], text: str) -> None:
+    try:
+        stream.write((text + "\n").encode())
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:
+    """Capture the stack and write stack.json (never raises: a failed probe is recorded in its section)."""
+    try:
+        from ledger.record.capture import capture_stack
+
+        stack = capture_stack(opts.cwd, env, list(opts.command), redactor)
+        data = stack.model_dump(mode="json")
+    except Exception as exc:  # capture never fails the run
+        data = {"hardware": {"error": f"stack capture failed: {type(exc).__name__}: {exc}"}}
+    with contextlib.suppress(OSError):  # a full disk: the receipt will say the stack was not captured
+        write_json_atomic(run_dir / STACK_FILE, data)
+
+
+def _start_sampler(run_dir: Path, interval: float) -> Any:
+    if interval <= 0:
+        return None
+    try:
+        from ledger.record.telemetry import Sampler
+
+        sampler = Sampler(run_dir, interval=interval)
+        sampler.start()
+        return sampler
+    except Exception:  # telemetry is best effort
+        return None

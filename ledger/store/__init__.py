@@ -1,0 +1,15 @@
+"""The store: receipts as files (the truth) and the DuckDB index derived from them.
+
+layout (where everything lives), receipts (the :class:`Ledger` directory, reading and writing one receipt),
+merge and summary (staging rank files into tables and headline figures), energy, publish (one atomic
+rename, exactly once), integrity and verify (digests), index (DuckDB), refs, filters, links, attempts and
+reading (what every command reads through), faults (crash points for the tests).
+
+May import: ``schemas``, ``ledger.errors``, ``ledger.redact``. Nothing above it (record, ingest, analyses,
+replay, planning, report, cli); what the recording path must add to a receipt it passes in (``publish``'s
+``runtime`` hook).
+"""
+
+from ledger.store.receipts import Ledger, parse_receipt, write_receipt
+
+__all__ = ["Ledger", "parse_receipt", "write_receipt"]

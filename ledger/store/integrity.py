@@ -1,0 +1,122 @@
+"""Tamper evidence: verify a receipt against its own digests, and attest it as an in-toto Statement.
+
+A receipt is content-addressed (its id is the sha256 of its canonical JSON) and lists every file with its
+sha256, size and, for tables, row count. :func:`verify_receipt` checks all of that; :func:`check_intact`
+runs before any command uses a receipt (hashing costs about 50 ms for a million-step receipt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ledger.errors import DamagedReceipt, LedgerError
+from ledger.store.layout import RECEIPT_FILE
+from ledger.store.publish import sha256_file
+from ledger.store.receipts import Ledger, parse_receipt
+from schemas import Receipt, canonical_json
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://stackreceipt.dev/receipt/v2"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong with one file of one receipt."""
+
+    receipt_id: str
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.receipt_id[:12]} {self.path}: {self.problem}"
+
+
+def verify_receipt(ledger: Ledger, receipt_id: str, *, deep: bool = True) -> list[Finding]:
+    """Everything wrong with one receipt: its JSON, its seal, each listed file (presence, size and, when
+    ``deep``, sha256 and Parquet row count), and files that it does not list."""
+    directory = ledger.path(receipt_id)
+    try:
+        receipt = parse_receipt(ledger.read_raw(receipt_id), directory / RECEIPT_FILE)
+    except LedgerError as exc:
+        return [Finding(receipt_id, RECEIPT_FILE, str(exc).replace(str(directory / RECEIPT_FILE) + ": ", ""))]
+    findings = []
+    digest = raw_digest(json.loads((directory / RECEIPT_FILE).read_text()))
+    if receipt.id != receipt_id or digest != receipt_id:
+        findings.append(Finding(receipt_id, RECEIPT_FILE,
+                                f"content digest {digest[:12]} does not match the id: edited after publishing"))
+    for artifact in receipt.artifacts:
+        path = directory / artifact.path
+        if not path.is_file():
+            findings.append(Finding(receipt_id, artifact.path, "missing"))
+            continue
+        size = path.stat().st_size
+        if size != artifact.bytes:
+            findings.append(Finding(receipt_id, artifact.path, f"size {size} bytes, listed as {artifact.bytes}"))
+            continue
+        if not deep:
+            continue
+        if sha256_file(path) != artifact.sha256:
+            findings.append(Finding(receipt_id, artifact.path, "sha256 does not match the listed digest"))
+            continue
+        if artifact.kind == "table":
+            try:
+                rows = pq.ParquetFile(path).metadata.num_rows
+            except Exception as exc:  # pyarrow raises several types for damaged files
+                findings.append(Finding(receipt_id, artifact.path, f"unreadable Parquet: {exc}"))
+                continue
+            if rows != artifact.rows:
+                findings.append(Finding(receipt_id, artifact.path, f"{rows} rows, listed as {artifact.rows}"))
+    listed = {a.path for a in receipt.artifacts} | {RECEIPT_FILE}
+    for extra in sorted(p.name for p in directory.iterdir() if p.name not in listed):
+        findings.append(Finding(receipt_id, extra, "not listed in the receipt (added after publishing)"))
+    return findings
+
+
+def raw_digest(raw: dict[str, Any]) -> str:
+    """The content digest of a receipt as stored (before any migration: old receipts keep their ids)."""
+    return hashlib.sha256(canonical_json(dict(raw, id=""))).hexdigest()
+
+
+def check_intact(ledger: Ledger, receipt_id: str) -> Receipt:
+    """The receipt, once verified (valid, sealed, every file present with its digest); a damaged one
+    raises :class:`DamagedReceipt` naming the file."""
+    receipt = ledger.load(receipt_id)
+    findings = verify_receipt(ledger, receipt_id)
+    if findings:
+        raise DamagedReceipt(
+            f"receipt {receipt_id[:12]} is damaged: {findings[0].path}: {findings[0].problem}"
+            f"{f' (and {len(findings) - 1} more)' if len(findings) > 1 else ''}; run `ledger verify {receipt_id[:12]}`"
+        )
+    return receipt
+
+
+def statement(ledger: Ledger, receipt_id: str) -> dict[str, Any]:
+    """An in-toto Statement (v1) for a verified receipt: subjects are the receipt's files with their sha256,
+    the predicate its stack and workload. Verify it with any in-toto tool or `sha256sum -c`."""
+    findings = verify_receipt(ledger, receipt_id)
+    if findings:
+        raise DamagedReceipt(f"cannot attest a damaged receipt: {findings[0]}")
+    receipt = ledger.load(receipt_id)
+    subjects = [{"name": f"{receipt_id}/{RECEIPT_FILE}",
+                 "digest": {"sha256": sha256_file(ledger.path(receipt_id) / RECEIPT_FILE)}}]
+    subjects += [{"name": f"{receipt_id}/{a.path}", "digest": {"sha256": a.sha256}} for a in receipt.artifacts]
+    dumped = receipt.model_dump(mode="json")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "receipt_id": receipt_id,
+            "name": receipt.name,
+            "status": receipt.status,
+            "started_at": dumped["started_at"],
+            "stack": dumped["stack"],
+            "workload": dumped["workload"],
+            "summary": dumped["summary"],
+        },
+    }

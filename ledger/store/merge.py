@@ -1,0 +1,200 @@
+"""Read what the ranks of a run wrote into its staging directory, one metric table at a time.
+
+Two formats are accepted per rank directory: the SDK's Arrow IPC streams (``<table>.arrows``) and JSON
+lines (``<table>.jsonl``, one object per line, for producers in any language). Damage never loses the
+rest of the run: a stream truncated by a crash keeps every complete batch, and a malformed JSON line is
+skipped; both are reported as :class:`schemas.Problem` entries naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, rank_of_dir
+from schemas import Problem
+from schemas.tables import EXTRA, TABLES
+
+MAX_LINES_LISTED = 10
+
+
+def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
+    """(rank, directory) of every rank directory in a staging directory, wrapper last."""
+    found = []
+    if run_dir.is_dir():
+        for child in run_dir.iterdir():
+            rank = rank_of_dir(child.name)
+            if rank is not None and child.is_dir():
+                found.append((rank if rank >= 0 else 1 << 30, rank, child))
+    for _, rank, path in sorted(found):
+        yield rank, path
+
+
+def read_table(run_dir: Path, name: str) -> tuple[pa.Table, list[Problem]]:
+    """All rows of one metric table over every rank, in the table's schema, and what was damaged."""
+    schema = TABLES[name]
+    parts: list[pa.Table] = []
+    problems: list[Problem] = []
+    for rank, directory in rank_dirs(run_dir):
+        stream = directory / f"{name}{STREAM_SUFFIX}"
+        if stream.exists():
+            table, problem = _read_stream(stream, schema, run_dir)
+            parts.append(table)
+            if problem:
+                problems.append(problem)
+        lines = directory / f"{name}{JSONL_SUFFIX}"
+        if lines.exists():
+            table, bad = _read_jsonl(lines, schema, rank, run_dir)
+            parts.append(table)
+            problems.extend(bad)
+    if not parts:
+        return schema.empty_table(), problems
+    return pa.concat_tables(parts), problems
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, Problem | None]:
+    """Every complete record batch of an IPC stream (several streams may be appended back to back, one
+    per process that opened the file)."""
+    batches: list[pa.RecordBatch] = []
+    problem = None
+    with pa.OSFile(str(path), "rb") as f:
+        size = f.size()
+        while f.tell() < size:
+            start = f.tell()
+            try:
+                reader = pa.ipc.open_stream(f)
+                if not reader.schema.equals(schema):
+                    raise ValueError(f"schema differs from {schema.names}")
+                while True:
+                    try:
+                        batches.append(reader.read_next_batch())
+                    except StopIteration:
+                        break
+            except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                rows = sum(b.num_rows for b in batches)
+                problem = Problem(
+                    source=_rel(path, root),
+                    message=f"unreadable from byte {start} ({_first_line(exc)}); kept the {rows} rows before it",
+                )
+                break
+            if f.tell() == start:  # pragma: no cover - defensive: no progress
+                break
+    return pa.Table.from_batches(batches, schema=schema), problem
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[pa.Table, list[Problem]]:
+    columns: dict[str, list[Any]] = {f.name: [] for f in schema}
+    known = set(columns)
+    bad: list[tuple[int, str]] = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = _coerce_row(json.loads(raw), schema, known, rank)
+            except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+                bad.append((lineno, _first_line(exc)))
+                continue
+            for key, value in row.items():
+                columns[key].append(value)
+    table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema}, schema=schema)
+    problems = []
+    if bad:
+        listed = ", ".join(f"line {n}: {msg}" for n, msg in bad[:MAX_LINES_LISTED])
+        more = f" (and {len(bad) - MAX_LINES_LISTED} more)" if len(bad) > MAX_LINES_LISTED else ""
+        problems.append(
+            Problem(source=_rel(path, root), message=f"{len(bad)} malformed line(s) skipped: {listed}{more}")
+        )
+    return table, problems
+
+
+def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    row: dict[str, Any] = {}
+    extra: dict[str, float] = {}
+    for key, value in obj.items():
+        if key not in known:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                extra[str(key)] = float(value)
+            continue
+    for field in schema:
+        value = obj.get(field.name)
+        if field.name == "rank" and value is None:
+            value = rank
+        if field.type == EXTRA:
+            given = value if isinstance(value, dict) else {}
+            merged = {str(k): float(v) for k, v in given.items() if _is_number(v)} | extra
+            row[field.name] = list(merged.items()) or None
+            continue
+        row[field.name] = _coerce_value(field, value)
+    return row
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _coerce_value(field: pa.Field, value: Any) -> Any:
+    if value is None:
+        if not field.nullable:
+            raise ValueError(f"field {field.name!r} is required")
+        return None
+    t = field.type
+    if pa.types.is_integer(t):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+            raise ValueError(f"field {field.name!r} must be an integer, got {value!r}")
+        bound = 1 << (t.bit_width - 1)
+        if not -bound <= int(value) < bound:
+            raise ValueError(f"field {field.name!r}: {value!r} is out of range for {t}")
+        return int(value)
+    if pa.types.is_floating(t):
+        if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf", "+inf"):
+            return float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"field {field.name!r} must be a number, got {value!r}")
+        return float(value)
+    if pa.types.is_boolean(t):
+        if not isinstance(value, bool):
+            raise ValueError(f"field {field.name!r} must be true or false, got {value!r}")
+        return value
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def read_json(path: Path) -> tuple[dict[str, Any] | None, Problem | None]:
+    """A small JSON file written by the SDK or the wrapper; a damaged one is a problem, not a crash."""
+    if not path.exists():
+        return None, None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, Problem(source=path.name, message=f"unreadable: {_first_line(exc)}")
+    if not isinstance(data, dict):
+        return None, Problem(source=path.name, message="expected a JSON object")
+    return data, None
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """Receipts hold JSON: a NaN or infinite headline figure becomes None (the table keeps the raw value)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value

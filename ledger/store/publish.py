@@ -1,0 +1,396 @@
+"""Turn a run's staging directory into a published receipt, exactly once.
+
+Order of operations (each step survives a crash of the publisher at any point):
+
+1. lock the staging directory (``flock`` on its ``lock`` file, held by the wrapper for the whole run and
+   released by the kernel if the holder dies);
+2. merge every rank's files into Parquet under ``<root>/.tmp-<uuid>/``, hash them, build and validate
+   the receipt, seal its id;
+3. write ``PUBLISHED_AS`` (the id) into the staging directory;
+4. rename ``.tmp-<uuid>`` to ``<root>/<id>`` — the one atomic step that makes the receipt visible;
+5. remove the staging directory.
+
+A publisher killed before 4 leaves an invisible temporary directory and a staging directory that
+``ledger recover`` publishes again; killed after 4, recover finds ``PUBLISHED_AS`` pointing at an existing
+receipt and only removes the staging directory. Readers only ever see complete receipts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import ValidationError
+
+from ledger.store.energy import energy_summary
+from ledger.store.faults import fault
+from ledger.store.layout import (
+    ARGUMENTS_FILE,
+    LOCK_FILE,
+    LOG_FILE,
+    RUNTIME_FILE,
+    STACK_FILE,
+    TMP_PREFIX,
+    WORKLOAD_FILE,
+    WRAPPER_FILE,
+)
+from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.receipts import Ledger, write_receipt
+from ledger.store.summary import summarize
+from schemas import Artifact, Links, Problem, Receipt, Stack, Workload, seal
+from schemas.tables import TABLES
+
+Redact = Callable[[str], str]
+RuntimeMerge = Callable[[Stack, dict[int, dict[str, Any]]], tuple[Stack, list[str]]]
+"""Folds the ranks' runtime facts into a stack; returns it and notes (see ``publish``)."""
+
+PUBLISHED_MARK = "PUBLISHED_AS"
+PROBLEMS_FILE = "problems.jsonl"
+"""Notes of the wrapper about its own capture (telemetry, log, log parsing), one JSON object a line."""
+
+
+def add_problems(run_dir: Path, notes: list[tuple[str, str]]) -> None:
+    """Append (source, message) notes that the receipt will carry as problems."""
+    if notes:
+        with open(run_dir / PROBLEMS_FILE, "a") as f:
+            f.write("".join(json.dumps({"source": s, "message": m}) + "\n" for s, m in notes))
+
+
+def _read_problems(run_dir: Path) -> list[Problem]:
+    path = run_dir / PROBLEMS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+            out.append(Problem(source=str(item["source"]), message=str(item["message"])))
+        except (ValueError, KeyError, TypeError):
+            out.append(Problem(source=PROBLEMS_FILE, message=f"unreadable note: {line[:200]}"))
+    return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the run ended."""
+
+    status: str
+    exit_code: int | None = None
+    signal: str | None = None
+    ended_at: datetime | None = None
+
+
+class StagingBusy(Exception):
+    """Another process is publishing this staging directory right now."""
+
+
+def acquire_staging_lock(run_dir: Path) -> int:
+    """Take the exclusive lock of a staging directory and return its fd (close it to release).
+    Raises :class:`StagingBusy` when a live process holds it."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise StagingBusy(str(run_dir)) from exc
+    return fd
+
+
+@contextmanager
+def staging_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the staging directory's lock for the duration of the block."""
+    fd = acquire_staging_lock(run_dir)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+
+
+def _workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workload:
+    """The workload the training process described, else the launch's own arguments (``arguments``)."""
+    workload = _reported_workload(run_dir, problems, redact)
+    if workload != Workload():
+        return workload
+    data, problem = read_json(run_dir / ARGUMENTS_FILE)
+    if problem:
+        problems.append(problem)
+    if not isinstance(data, dict) or not data:
+        return workload
+    arguments = {redact(str(k)): redact(str(v)) for k, v in data.items()}
+    return workload.model_copy(update={"arguments": arguments})
+
+
+def _reported_workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workload:
+    """The workload reported by the lowest rank (ranks that disagree are noted)."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for rank, directory in rank_dirs(run_dir):
+        data, problem = read_json(directory / WORKLOAD_FILE)
+        if problem:
+            problems.append(problem.model_copy(update={"source": f"{directory.name}/{problem.source}"}))
+        if data is not None:
+            found.append((rank, data))
+    if not found:
+        return Workload()
+    rank, data = found[0]
+    if any(other != data for _, other in found[1:]):
+        problems.append(
+            Problem(source=WORKLOAD_FILE, message=f"ranks reported different workloads; kept rank {rank}'s")
+        )
+    try:
+        return Workload.model_validate(_redact_json(data, redact))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        problems.append(Problem(source=f"rank-{rank:05d}/{WORKLOAD_FILE}",
+                                message=f"field {field}: {err['msg']}; workload not recorded"))
+        return Workload()
+
+
+def _stack(run_dir: Path, problems: list[Problem], redact: Redact, merge_facts: RuntimeMerge | None) -> Stack:
+    data, problem = read_json(run_dir / STACK_FILE)
+    if problem:
+        problems.append(problem)
+    if data is None:
+        problems.append(Problem(source=STACK_FILE, message="the stack was not captured (the wrapper ended first)"))
+        stack = Stack()
+    else:
+        try:
+            stack = Stack.model_validate(data)
+        except ValidationError as exc:
+            problems.append(Problem(source=STACK_FILE, message=f"invalid: {exc.errors()[0]['msg']}"))
+            stack = Stack()
+    facts: dict[int, dict[str, Any]] = {}
+    for rank, directory in rank_dirs(run_dir):
+        runtime, problem = read_json(directory / RUNTIME_FILE)
+        if problem:
+            problems.append(problem)
+        if runtime is not None and rank >= 0:
+            facts[rank] = _redact_json(runtime, redact)
+    if facts and merge_facts is None:
+        problems.append(Problem(source=RUNTIME_FILE, message="runtime facts of the ranks were not merged"))
+    elif facts and merge_facts is not None:
+        stack, notes = merge_facts(stack, facts)
+        problems.extend(Problem(source=RUNTIME_FILE, message=n) for n in notes)
+    return stack
+
+
+def _energy(telemetry: pa.Table) -> tuple[float | None, str]:
+    if not telemetry.num_rows:
+        return None, "not measured"
+    return energy_summary(telemetry)
+
+
+
+
+def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
+    """Apply the redactor to every string column (event details, eval sources, phases, extra keys...):
+    the training process may log anything, and nothing it logs may carry a secret into the ledger."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_string(f.type):
+            values = table.column(i).to_pylist()
+            cleaned = [None if v is None else redact(v) for v in values]
+            if cleaned != values:
+                table = table.set_column(i, f, pa.array(cleaned, f.type))
+        elif pa.types.is_map(f.type) and table.num_rows:
+            rows = table.column(i).to_pylist()
+            cleaned_rows = [None if r is None else [(redact(k), v) for k, v in r] for r in rows]
+            if cleaned_rows != rows:
+                table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
+    return table
+
+
+def _redact_json(data: Any, redact: Redact) -> Any:
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, list):
+        return [_redact_json(v, redact) for v in data]
+    if isinstance(data, dict):
+        return {redact(str(k)): _redact_json(v, redact) for k, v in data.items()}
+    return data
+
+
+Amend = Callable[[Receipt, dict[str, pa.Table]], Receipt]
+
+
+def build(
+    ledger: Ledger, run_dir: Path, outcome: Outcome, tmp: Path, redact: Redact, amend: Amend | None = None,
+    runtime: RuntimeMerge | None = None,
+) -> Receipt:
+    """Merge the staging directory into ``tmp`` and return the sealed receipt (not yet published).
+    Every string the training process wrote passes through ``redact``. ``amend`` may change the
+    receipt (not its artifacts) before it is sealed: importers set ``source``, times and summary facts
+    that only the evidence knows; it receives the merged tables."""
+    problems: list[Problem] = []
+    wrapper, problem = read_json(run_dir / WRAPPER_FILE)
+    if problem:
+        problems.append(problem)
+    wrapper = wrapper or {}
+    tables: dict[str, pa.Table] = {}
+    artifacts: list[Artifact] = []
+    attempt = int(wrapper.get("attempt") or 1)
+    for name in TABLES:
+        table, bad = read_table(run_dir, name)
+        table = _redact_strings(table, redact)
+        problems.extend(bad)
+        if name == "events" and table.num_rows:
+            table = table.set_column(
+                table.schema.get_field_index("attempt"), "attempt", pa.array([attempt] * table.num_rows, pa.int32())
+            )
+        tables[name] = table
+        path = tmp / f"{name}.parquet"
+        pq.write_table(table, path, compression="zstd")
+        artifacts.append(Artifact(path=path.name, kind="table", sha256=sha256_file(path),
+                                  bytes=path.stat().st_size, rows=table.num_rows))
+    log = run_dir / LOG_FILE
+    if log.exists():
+        copied = Path(shutil.copyfile(log, tmp / LOG_FILE))
+        artifacts.append(
+            Artifact(path=LOG_FILE, kind="log", sha256=sha256_file(copied), bytes=copied.stat().st_size)
+        )
+    for _, directory in rank_dirs(run_dir):
+        errors = directory / "sdk_errors.log"
+        if errors.exists():
+            lines = errors.read_text(errors="replace").splitlines()
+            problems.append(
+                Problem(source=f"{directory.name}/sdk_errors.log", message=redact("; ".join(lines[:5])))
+            )
+    problems.extend(p.model_copy(update={"message": redact(p.message)}) for p in _read_problems(run_dir))
+    energy, method = _energy(tables["telemetry"])
+    started = _parse_time(wrapper.get("started_at"))
+    ended = outcome.ended_at or datetime.now(UTC)
+    links = wrapper.get("links") or {}
+    receipt = Receipt(
+        run_uuid=str(wrapper.get("run_uuid") or run_dir.name),
+        name=wrapper.get("name"),
+        tags=wrapper.get("tags") or {},
+        status=outcome.status,  # type: ignore[arg-type]
+        started_at=started,
+        ended_at=ended,
+        duration_s=(ended - started).total_seconds() if started else None,
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+        command=tuple(wrapper.get("command") or ()),
+        attempt=attempt,
+        links=Links(**{k: links.get(k) for k in ("attempt_of", "replicates", "baseline")}),
+        stack=_stack(run_dir, problems, redact, runtime),
+        workload=_workload(run_dir, problems, redact),
+        artifacts=tuple(artifacts),
+        summary=summarize(tables, energy, method),
+        problems=tuple(problems),
+    )
+    if amend is not None:
+        # model_copy(update=...) does not validate: validate the amended receipt as a whole
+        receipt = Receipt.model_validate(amend(receipt, tables).model_dump(mode="json"))
+        if receipt.artifacts != tuple(artifacts):
+            raise ValueError("amend must not change the artifacts")
+    receipt = seal(receipt)
+    write_receipt(tmp, receipt)
+    return receipt
+
+
+def publish(
+    ledger: Ledger,
+    run_dir: Path,
+    outcome: Outcome,
+    *,
+    redact: Redact | None = None,
+    locked: bool = False,
+    amend: Amend | None = None,
+    runtime: RuntimeMerge | None = None,
+) -> Receipt:
+    """Publish a staging directory as a receipt, exactly once, and remove the staging directory.
+    ``redact``: the launch's redactor (default: one built from this process's environment, which still
+    catches every known credential shape); ``locked``: the caller already holds the staging lock;
+    ``runtime``: how the recording path folds the ranks' ``runtime.json`` facts into the stack
+    (:func:`ledger.record.capture.merge_runtime`; the store does not probe stacks itself)."""
+    if redact is None:
+        from ledger.redact import Redactor
+
+        redact = Redactor(os.environ).text
+    with nullcontext() if locked else staging_lock(run_dir):
+        mark = run_dir / PUBLISHED_MARK
+        if mark.exists():
+            done = mark.read_text().strip()
+            if (ledger.path(done)).is_dir():
+                shutil.rmtree(run_dir, ignore_errors=True)
+                return ledger.load(done)
+        tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        try:
+            receipt = build(ledger, run_dir, outcome, tmp, redact, amend, runtime)
+            fault("publishing")
+            _write_synced(mark, receipt.id)
+            target = ledger.path(receipt.id)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # identical content already published
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _fsync_dir(ledger.root)
+        fault("published")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return receipt
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write a small JSON file so that readers see the old or the new content, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def write_wrapper_facts(run_dir: Path, facts: dict[str, Any]) -> None:
+    """Write wrapper.json atomically."""
+    write_json_atomic(run_dir / WRAPPER_FILE, facts)

@@ -1,0 +1,75 @@
+"""Read-side library functions behind `ledger ls`, `show` and `query`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ledger.errors import QueryRefused
+from ledger.store import filters, index
+from ledger.store.receipts import Ledger
+from ledger.store.refs import resolve
+from schemas import Receipt
+
+LIST_COLUMNS = (
+    "id", "name", "status", "started_at", "duration_s", "attempt", "steps", "final_loss", "tokens_per_s",
+    "precision", "num_experts", "top_k", "device", "gpu_model", "tags", "problems",
+)
+
+
+def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, Any]]:
+    """Summary rows of every receipt (oldest first), optionally filtered by a `--where` expression."""
+    predicate = filters.parse(where) if where is not None else None
+    cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
+    with index.reader(ledger) as con:
+        rows = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
+    out = []
+    for row in rows:
+        if predicate is not None and not predicate(json.loads(row[-1])):
+            continue
+        item = dict(zip(LIST_COLUMNS, row[:-1], strict=True))
+        item["tags"] = json.loads(item["tags"]) if item["tags"] else {}
+        item["started_at"] = item["started_at"].isoformat() if item["started_at"] else None
+        out.append(item)
+    return out
+
+
+def resolve_ref(ledger: Ledger, ref: str) -> str:
+    """The id a ref names."""
+    with index.reader(ledger) as con:
+        return resolve(con, ref)
+
+
+def show(ledger: Ledger, ref: str) -> Receipt:
+    """The receipt a ref names, read from its file (the truth), validated and checked for damage."""
+    from ledger.store.integrity import check_intact
+
+    return check_intact(ledger, resolve_ref(ledger, ref))
+
+
+READ_STATEMENTS = {duckdb.StatementType.SELECT}
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse anything but one SELECT statement."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryRefused(f"the query does not parse: {str(exc).splitlines()[0]}") from exc
+    if len(statements) != 1:
+        raise QueryRefused(f"give exactly one statement (got {len(statements)})")
+    if statements[0].type not in READ_STATEMENTS:
+        raise QueryRefused(f"only SELECT statements are allowed; this is {statements[0].type.name}")
+
+
+def read_only_query(ledger: Ledger, sql: str) -> pa.Table:
+    """Run one SELECT over the index on a read-only connection without file-system access."""
+    with index.reader(ledger) as con:
+        check_read_only(con, sql)
+        try:
+            return con.sql(sql).to_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryRefused(f"query failed: {str(exc).splitlines()[0]}") from exc

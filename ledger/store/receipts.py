@@ -1,0 +1,98 @@
+"""The ledger directory: published receipts are files, and files are the truth.
+
+A published receipt is a directory ``<root>/<id>/`` holding ``receipt.json`` and the files it lists as
+artifacts. It is created by one atomic rename and never modified afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerNotWritable, SchemaTooNew
+from ledger.store.layout import INDEX, RECEIPT_FILE, STAGING, TMP_PREFIX, is_receipt_dir
+from schemas import Receipt, SchemaVersionError, migrate
+
+
+class Ledger:
+    """A ledger directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def staging(self) -> Path:
+        """Where runs in progress write."""
+        return self.root / STAGING
+
+    @property
+    def index_path(self) -> Path:
+        """The derived DuckDB index."""
+        return self.root / INDEX
+
+    def ensure_writable(self) -> None:
+        """Create the ledger directory if needed and prove that it can be written."""
+        try:
+            self.staging.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise LedgerNotWritable(
+                f"ledger directory {self.root} is not writable ({exc.strerror or exc}); "
+                "choose another with --ledger DIR or LEDGER_DIR"
+            ) from exc
+
+    def ids(self) -> list[str]:
+        """Ids of every published receipt, sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if is_receipt_dir(p) and p.is_dir())
+
+    def path(self, receipt_id: str) -> Path:
+        """Directory of a published receipt."""
+        return self.root / receipt_id
+
+    def read_raw(self, receipt_id: str) -> dict[str, Any]:
+        """The receipt.json of a published receipt as a dict, migrated to the current schema."""
+        path = self.path(receipt_id) / RECEIPT_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise DamagedReceipt(f"{path} is missing; run `ledger verify {receipt_id[:12]}`") from exc
+        except (OSError, ValueError) as exc:
+            raise InvalidReceipt(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise InvalidReceipt(f"{path}: expected a JSON object")
+        try:
+            return migrate(data)
+        except SchemaVersionError as exc:
+            raise SchemaTooNew(f"{path}: {exc}") from exc
+
+    def load(self, receipt_id: str) -> Receipt:
+        """A published receipt, validated; an invalid one raises an error naming the field."""
+        data = self.read_raw(receipt_id)
+        return parse_receipt(data, self.path(receipt_id) / RECEIPT_FILE)
+
+
+def parse_receipt(data: dict[str, Any], source: Path | str) -> Receipt:
+    """Validate a receipt dict; the error names the file and the first failing field."""
+    try:
+        return Receipt.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(root)"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise InvalidReceipt(f"{source}: field {field}: {err['msg']}{more}") from exc
+
+
+def write_receipt(directory: Path, receipt: Receipt) -> Path:
+    """Write receipt.json into a directory that is not yet published."""
+    path = directory / RECEIPT_FILE
+    path.write_text(json.dumps(receipt.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,91 @@
+"""Crash matrix: the child killed in four ways, the wrapper SIGKILLed at every phase. After `ledger recover`
+every run is published exactly once with the right status, nothing partial is ever visible, and the index
+agrees with the files."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from helpers import ids_in, load_receipt
+
+from ledger.store.faults import PHASES
+
+CHILD_DEATHS = {
+    # name: (script tail, expected status, exit code, signal)
+    "sigkill": ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n", "failed", 137, "SIGKILL"),
+    "sigterm": ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)\n", "failed", 143, "SIGTERM"),
+    "segfault": ("import ctypes; ctypes.string_at(0)\n", "failed", 139, "SIGSEGV"),
+    "out-of-memory": (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "hog = bytearray(4 << 30)\n",
+        "failed", 1, None,
+    ),
+}
+
+
+@pytest.mark.parametrize("death", sorted(CHILD_DEATHS))
+def test_child_deaths(death: str, ledger_cli, ledger_dir, workload) -> None:
+    tail, status, code, signame = CHILD_DEATHS[death]
+    script = workload("time.sleep(1.3)\n" + tail, steps=7)
+    proc = ledger_cli("record", "--name", death, "--", "python", str(script))
+    assert proc.returncode == code, proc.stderr
+    (rid,) = ids_in(ledger_dir)
+    r = load_receipt(ledger_dir, rid)
+    assert (r["status"], r["exit_code"], r["signal"]) == (status, code, signame)
+    assert r["summary"]["steps"] == 7  # everything logged before the death is there
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists():
+        stat = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+        if ") Z " in stat:
+            return
+        assert time.monotonic() < deadline, "orphaned child did not finish"
+        time.sleep(0.05)
+
+
+EXPECTED_AFTER_RECOVER = {
+    "prelaunch": ("interrupted", 0),  # the child never started
+    "launched": ("interrupted", 4),  # the child ran on, but nobody saw how it ended
+    "running": ("interrupted", 4),
+    "finalizing": ("succeeded", 4),  # the wrapper saw the exit (exit.json) before dying
+    "publishing": ("succeeded", 4),
+    "published": ("succeeded", 4),
+    "indexing": ("succeeded", 4),
+}
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_wrapper_killed_at_each_phase(phase: str, ledger_cli, ledger_dir, workload) -> None:
+    assert set(PHASES) == set(EXPECTED_AFTER_RECOVER)
+    script = workload("time.sleep(0.3)\n", steps=4)
+    proc = ledger_cli("record", "--name", phase, "--", "python", str(script), env={"LEDGER_FAULT_AT": phase})
+    assert proc.returncode == -9
+    visible = ids_in(ledger_dir)
+    for rid in visible:  # whatever is visible is complete and valid
+        assert ledger_cli("show", rid).returncode == 0
+    assert len(visible) == (1 if phase in ("published", "indexing") else 0)
+    staging = [p for p in (ledger_dir / ".staging").iterdir()] if (ledger_dir / ".staging").exists() else []
+    for run_dir in staging:
+        facts = json.loads((run_dir / "wrapper.json").read_text())
+        if facts.get("child_pid"):
+            _wait_gone(facts["child_pid"])
+    out = ledger_cli("recover")
+    assert out.returncode == 0, out.stderr
+    assert "running" not in out.stdout
+    (rid,) = ids_in(ledger_dir)
+    r = load_receipt(ledger_dir, rid)
+    status, steps = EXPECTED_AFTER_RECOVER[phase]
+    assert (r["status"], r["summary"]["steps"]) == (status, steps)
+    # exactly once: a second recover does nothing, nothing is left behind
+    assert ledger_cli("recover").stdout.strip() == "nothing to recover"
+    assert not any(p.name.startswith(".tmp-") for p in ledger_dir.iterdir())
+    # the index agrees with the files
+    indexed = json.loads(ledger_cli("query", "--json", "SELECT id, steps FROM receipts").stdout)
+    assert indexed == [{"id": rid, "steps": steps}]
+    rows = json.loads(ledger_cli("query", "--json", "SELECT count(*) AS n FROM steps").stdout)
+    assert rows == [{"n": steps}]

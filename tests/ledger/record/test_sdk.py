@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import ledger.sdk as sdk
+from ledger.store.merge import read_table
+from schemas import Workload
+
+
+def test_null_run_when_not_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LEDGER_RUN_DIR", raising=False)
+    sdk._reset_for_tests()
+    run = sdk.current()
+    assert isinstance(run, sdk.NullRun) and not run.active
+    run.log_step(1, loss=1.0)
+    run.set_workload({"seed": 1})
+    sdk._reset_for_tests()
+
+
+def test_rows_round_trip_through_the_streams(tmp_path: Path) -> None:
+    run = sdk.Run(tmp_path, rank=3, background=False)
+    run.log_step(1, loss=2.5, tokens=100, lr=0.1, my_metric=7)
+    run.log_step(2, loss=float("nan"), skipped=True)
+    run.log_eval(2, 1.5, source="rare")
+    run.log_routing(2, 1, [3, 4, 5], dropped=[0, 1, 0], capacity=4, entropy=0.75)
+    run.log_timing(2, "attention", 0.01)
+    run.event("checkpoint_save_end", step=2, path="/ckpt")
+    run.log_telemetry("gpu0", power_w=300.0, energy_j=10.0)
+    run.close()
+    steps, problems = read_table(tmp_path, "steps")
+    assert not problems
+    rows = steps.to_pylist()
+    assert [r["step"] for r in rows] == [1, 2] and rows[0]["rank"] == 3
+    assert rows[0]["extra"] == [("my_metric", 7.0)] and rows[1]["extra"] is None
+    assert rows[1]["skipped"] is True and rows[1]["loss"] != rows[1]["loss"]
+    routing = read_table(tmp_path, "routing")[0].to_pylist()
+    assert [(r["expert"], r["tokens"], r["dropped"]) for r in routing] == [(0, 3, 0), (1, 4, 1), (2, 5, 0)]
+    assert routing[0]["capacity"] == 4 and routing[0]["entropy"] == 0.75
+    events = read_table(tmp_path, "events")[0].to_pylist()
+    assert events[0]["kind"] == "checkpoint_save_end" and '"/ckpt"' in events[0]["detail"]
+    assert read_table(tmp_path, "telemetry")[0].num_rows == 1
+
+
+def test_numpy_and_torch_scalars_are_accepted(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    run = sdk.Run(tmp_path, rank=0, background=False)
+    run.log_step(np.int64(1), loss=torch.tensor(1.5), tokens=np.int64(10), grad=np.float32(0.5))
+    run.log_routing(1, 0, torch.tensor([1, 2]), dropped=np.array([0, 1]))
+    run.close()
+    row = read_table(tmp_path, "steps")[0].to_pylist()[0]
+    assert row["loss"] == 1.5 and row["tokens"] == 10 and row["extra"] == [("grad", 0.5)]
+
+
+def test_workload_is_validated(tmp_path: Path) -> None:
+    run = sdk.Run(tmp_path, rank=0, background=False)
+    with pytest.raises(Exception, match="extra"):
+        run.set_workload({"sneaky": 1})
+    run.set_workload(Workload(seed=5))
+    assert '"seed": 5' in (tmp_path / "rank-00000" / "workload.json").read_text()
+    run.close()
+
+
+def test_runtime_facts_list_packages_and_torch(tmp_path: Path) -> None:
+    facts = sdk.runtime_facts()
+    names = {p["name"] for p in facts["packages"]}
+    assert "pyarrow" in names and facts["python"].count(".") == 2
+    assert facts["torch"] and facts["devices"] == []
+
+
+def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
+    """A training process killed with SIGKILL keeps every row logged more than a flush interval ago."""
+    script = tmp_path / "t.py"
+    script.write_text(
+        "import time, ledger.sdk\n"
+        "run = ledger.sdk.current()\n"
+        "for i in range(1, 1000000):\n"
+        "    run.log_step(i, loss=1.0)\n"
+        "    open('progress', 'w').write(str(i)) if i % 50 == 0 else None\n"
+        "    time.sleep(0.002)\n"
+    )
+    env = dict(os.environ, LEDGER_RUN_DIR=str(tmp_path / "run"))
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
+    time.sleep(3.0)
+    logged_before = int((tmp_path / "progress").read_text())
+    time.sleep(1.6)  # more than one flush interval
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps, _ = read_table(tmp_path / "run", "steps")
+    assert steps.num_rows >= logged_before
+    assert steps.column("step").to_pylist() == list(range(1, steps.num_rows + 1))
+
+
+def test_truncated_stream_keeps_complete_batches(tmp_path: Path) -> None:
+    run = sdk.Run(tmp_path, rank=0, background=False)
+    for i in range(1, 4):
+        run.log_step(i, loss=1.0)
+        run.flush()
+    run.close()
+    path = tmp_path / "rank-00000" / "steps.arrows"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 30])  # cut into the last batch
+    steps, problems = read_table(tmp_path, "steps")
+    assert steps.num_rows == 2
+    assert problems and "rank-00000/steps.arrows" in problems[0].source and "kept the 2 rows" in problems[0].message
+
+
+def test_two_processes_appending_to_one_rank_file(tmp_path: Path) -> None:
+    for start in (1, 3):
+        run = sdk.Run(tmp_path, rank=0, background=False)
+        run.log_step(start, loss=1.0)
+        run.log_step(start + 1, loss=1.0)
+        run.close()
+    steps, problems = read_table(tmp_path, "steps")
+    assert not problems and steps.column("step").to_pylist() == [1, 2, 3, 4]
+    assert isinstance(steps, pa.Table)

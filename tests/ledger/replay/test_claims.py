@@ -1,0 +1,51 @@
+"""`ledger claim`: the sentence a comparison supports, and whether it holds at another scale (end to end on
+CPU with a planted slowdown, plus the rules on hand-made comparison rows)."""
+
+from __future__ import annotations
+
+import json
+
+from ledger.replay.claims import LOSS, THROUGHPUT, holds, state
+
+TINY = ["python", "-m", "runners.moe", "--config", "tiny", "--set", "steps=16", "--set", "model.layers=1",
+        "--set", "eval_every=8"]
+
+
+def _cmp(ratio: float, verdict: str, loss_verdict: str = "no significant difference") -> dict:
+    return {"metrics": [
+        {"name": THROUGHPUT, "ratio": ratio, "ci": [ratio * 0.95, ratio * 1.05], "verdict": verdict, "reason": None},
+        {"name": LOSS, "ratio": 1.0, "verdict": loss_verdict, "note": "mean over 1,000..2,048 tokens",
+         "reason": None}], "confounded": []}
+
+
+def test_claim_sentences() -> None:
+    faster = state(_cmp(1.31, "better"), "A", "B")
+    assert faster.text == ("B is 1.31x faster than A (tokens/s per device, 95% CI [1.24, 1.38]) "
+                           "at equal loss at 2,048 tokens")
+    slower = state(_cmp(0.5, "worse", "worse"), "A", "B")
+    assert slower.faster is False and "but its loss at matched tokens is worse" in slower.text
+    none = state(_cmp(1.01, "no significant difference"))
+    assert none.faster is None and none.text.startswith("no significant throughput difference")
+    assert holds(faster, state(_cmp(1.2, "better")))[0]
+    assert not holds(faster, state(_cmp(0.9, "worse")))[0]
+    assert not holds(faster, none)[0]
+    assert holds(faster, state(_cmp(1.2, "better", "worse"))) == (False, "the loss verdict changed: "
+                                                                 "no significant difference -> worse")
+
+
+def test_claim_at_another_scale_end_to_end(ledger_cli, ledger_dir) -> None:
+    ledger_cli("record", "--name", "slow", "--", *TINY, "--set", "delay_s=0.03", check=True)
+    ledger_cli("record", "--name", "fast", "--", *TINY, check=True)
+    stated = ledger_cli("claim", "slow", "fast")
+    assert stated.returncode == 0, stated.stderr
+    assert stated.stdout.startswith("fast is ") and "x faster than slow" in stated.stdout
+    out = ledger_cli("claim", "slow", "fast", "--at", "layers=x2", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["holds"] is True and result["at"] == "layers=x2"
+    assert result["original"]["faster"] is True and result["scaled"]["faster"] is True
+    replayed = [json.loads((ledger_dir / rid / "receipt.json").read_text()) for rid in result["replayed"]]
+    assert [r["workload"]["model"]["layers"] for r in replayed] == [2, 2]
+    assert all(r["links"]["replicates"] for r in replayed)
+    bad = ledger_cli("claim", "slow", "fast", "--at", "depth=2")
+    assert bad.returncode == 2 and "unknown scale dimension" in bad.stderr

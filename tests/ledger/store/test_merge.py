@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from ledger.store.merge import read_table
+
+
+def test_jsonl_rows_are_read_and_bad_lines_reported(tmp_path: Path) -> None:
+    rank = tmp_path / "rank-00001"
+    rank.mkdir()
+    (rank / "steps.jsonl").write_text(
+        '{"step": 1, "loss": 2.0, "tokens": 10, "moe_loss": 0.5}\n'
+        "not json\n"
+        '{"step": "two", "loss": 1.0}\n'
+        '{"step": 3, "loss": "nan"}\n'
+        "[1, 2]\n"
+        '{"step": 4, "loss": 1.0'
+    )
+    table, problems = read_table(tmp_path, "steps")
+    rows = table.to_pylist()
+    assert [r["step"] for r in rows] == [1, 3]
+    assert rows[0]["rank"] == 1 and rows[0]["extra"] == [("moe_loss", 0.5)]
+    assert rows[1]["loss"] != rows[1]["loss"]  # nan kept as nan
+    assert len(problems) == 1
+    message = problems[0].message
+    assert problems[0].source == "rank-00001/steps.jsonl"
+    assert message.startswith("4 malformed line(s)")
+    for n in (2, 3, 5, 6):
+        assert f"line {n}:" in message
+
+
+def test_missing_required_field_is_a_bad_line(tmp_path: Path) -> None:
+    rank = tmp_path / "rank-00000"
+    rank.mkdir()
+    (rank / "evals.jsonl").write_text('{"step": 1, "value": 2.0}\n{"step": 1, "metric": "loss", "value": 2.0}\n')
+    table, problems = read_table(tmp_path, "evals")
+    assert table.num_rows == 1 and "'metric' is required" in problems[0].message
+
+
+def test_garbage_stream_is_reported_not_fatal(tmp_path: Path) -> None:
+    rank = tmp_path / "rank-00000"
+    rank.mkdir()
+    (rank / "timing.arrows").write_bytes(b"\x00garbage" * 10)
+    table, problems = read_table(tmp_path, "timing")
+    assert table.num_rows == 0 and "unreadable from byte 0" in problems[0].message
