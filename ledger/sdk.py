@@ -483,6 +483,8 @@ def runtime_facts() -> dict[str, Any]:
 
     facts: dict[str, Any] = {
         "host": socket.gethostname(),
+        "node_name": os.environ.get("SLURMD_NODENAME") or None,
+        "node_rank": _node_rank(os.environ),
         "python": platform.python_version(),
         "executable": sys.executable,
         "errors": {},
@@ -515,6 +517,15 @@ def runtime_facts() -> dict[str, Any]:
     except Exception as exc:
         facts["errors"]["torch"] = f"{type(exc).__name__}: {exc}"
     return facts
+
+
+def _node_rank(env: Mapping[str, str]) -> int | None:
+    """This process's node rank: Slurm's SLURM_NODEID, else torchrun's GROUP_RANK (None when neither)."""
+    for name in ("SLURM_NODEID", "GROUP_RANK"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def _cudnn_version(v: int | None) -> str | None:

@@ -24,6 +24,7 @@ from schemas.receipt import (
     Launcher,
     Link,
     Links,
+    NodeStack,
     Optimizer,
     Package,
     Parallelism,
@@ -43,7 +44,7 @@ from schemas.tables import TABLES
 __all__ = [
     "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Code", "Container",
     "Data", "Drivers", "Factor", "Gpu", "Hardware", "ImportSource", "Kernels", "Launch", "Launcher", "Link", "Links",
-    "Optimizer", "Package", "Parallelism", "Precision", "Problem", "QualityGate", "Receipt", "Router",
+    "NodeStack", "Optimizer", "Package", "Parallelism", "Precision", "Problem", "QualityGate", "Receipt", "Router",
     "SchemaVersionError", "Software", "Stack", "Summary", "Task", "Workload", "canonical_json", "content_id",
     "factor_of", "flatten", "is_sealed", "leaves", "migrate", "seal",
 ]

@@ -202,6 +202,52 @@ class Launcher(Model):
     """Scheduler job id."""
 
 
+class NodeStack(Model):
+    """The stack of one node of a multi-node job (one entry per node that was expected or observed).
+
+    The job's own ``stack`` is node 0's; these entries say what every node ran, so that differences
+    between nodes (another driver, NCCL, package set, container or code) are visible."""
+
+    node_rank: int | None = F(Factor.RECORD)
+    """Node rank (SLURM_NODEID, torchrun's GROUP_RANK or ``--node-rank``); None when unknown."""
+    hostname: str | None = F(Factor.RECORD)
+    """Node name (SLURMD_NODENAME when Slurm gives it, else the host name)."""
+    status: Literal["ended", "lost"] = F(Factor.RECORD, "ended")
+    """ended: its wrapper reported the node's end; lost: it never reported, died or did not end in time
+    (whatever it had written is kept)."""
+    detail: str | None = F(Factor.RECORD)
+    """Why a node is lost, or how its facts were obtained."""
+    ranks: tuple[int, ...] = F(Factor.RECORD, default=())
+    """Global ranks that wrote files from this node."""
+    exit_code: int | None = F(Factor.RECORD)
+    """Exit status of the node's launch (None when unknown)."""
+    drivers: Drivers = F(Factor.DRIVERS, default_factory=Drivers)
+    """Driver and runtime library versions on this node."""
+    python: str | None = F(Factor.SOFTWARE)
+    """Python version of the training processes on this node."""
+    torch: str | None = F(Factor.SOFTWARE)
+    """torch version on this node."""
+    packages_digest: str | None = F(Factor.SOFTWARE)
+    """Digest of the node's package list (see :attr:`Software.packages_digest`)."""
+    packages: dict[str, str] = F(Factor.SOFTWARE, default_factory=dict)
+    """Packages whose version differs from the job's ``stack.software`` (name -> version on this node;
+    empty string: absent on this node). Empty when the node's packages equal the job's."""
+    container_image: str | None = F(Factor.CONTAINER)
+    """Container image on this node."""
+    container_digest: str | None = F(Factor.CONTAINER)
+    """Container image digest on this node."""
+    code_commit: str | None = F(Factor.CODE)
+    """Commit of the source tree the node launched from."""
+    code_digest: str | None = F(Factor.CODE)
+    """Diff digest of that tree (None when clean)."""
+    gpu_model: str | None = F(Factor.HARDWARE)
+    """GPU model on this node."""
+    gpu_count: int | None = F(Factor.HARDWARE)
+    """GPUs visible on this node."""
+    cpu_model: str | None = F(Factor.HARDWARE)
+    """CPU model of this node."""
+
+
 class Stack(Model):
     """Everything about how a run was executed, as opposed to what it computed."""
 
@@ -219,6 +265,9 @@ class Stack(Model):
     """Launcher."""
     environment: dict[str, str] = F(Factor.SOFTWARE, default_factory=dict)
     """Allow-listed environment variables (CUDA_*, NCCL_*, ...), secrets redacted."""
+    nodes: tuple[NodeStack, ...] = F(Factor.RECORD, default=())
+    """Every node of a multi-node job, node 0 first (empty for a single-node run). Differences between
+    nodes are reported as problems and by :func:`ledger.analyses.nodes.node_differences`."""
 
 
 # ------------------------------------------------------------------------------------------- workload

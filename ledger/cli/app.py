@@ -69,6 +69,12 @@ def _keep_pandas_out() -> None:
               help="Seconds between telemetry samples of this node (0: off).")
 @click.option("--id-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the new receipt's id to this file (for pipelines).")
+@click.option("--job", "job_key", metavar="KEY",
+              help="Multi-node job key shared by one wrapper per node (default: Slurm job+step, torchrun run id).")
+@click.option("--node-rank", type=click.IntRange(0), help="This node's rank in the job (0 publishes).")
+@click.option("--nnodes", type=click.IntRange(1), help="Nodes in the job.")
+@click.option("--job-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds node 0 waits for the other nodes after its launch ended; then they are lost.")
 @ledger_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -82,15 +88,23 @@ def record(
     env_names: tuple[str, ...],
     telemetry_interval: float,
     id_file: Path | None,
+    job_key: str | None,
+    node_rank: int | None,
+    nnodes: int | None,
+    job_timeout: float,
     ledger_path: Path | None,
     command: tuple[str, ...],
 ) -> None:
     """Run a training launch and record its receipt; exits with the launch's exit status.
 
+    On several nodes, run one wrapper per node (`srun --ntasks-per-node 1 ledger record -- torchrun ...`):
+    they stage into one directory and node 0 publishes one receipt for the job.
+
     Example:
 
         ledger record --name fp8 --tag sweep=precision -- torchrun --nproc_per_node 8 pretrain_gpt.py ...
     """
+    from ledger.record.job import JobOptions
     from ledger.record.wrapper import RecordOptions
     from ledger.record.wrapper import record as run_record
     from ledger.store.links import resolve_links
@@ -113,6 +127,7 @@ def record(
         tags=parse_tags(tags),
         env_names=env_names,
         telemetry_interval=telemetry_interval,
+        job=JobOptions(key=job_key, node_rank=node_rank, nnodes=nnodes, timeout_s=job_timeout),
         **links,
     )
     result = run_record(ledger, opts)
@@ -159,11 +174,16 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     from ledger.report import console as render
     from ledger.store import reading
 
-    receipt = reading.show(ledger_from(ctx, ledger_path), ref)
+    ledger = ledger_from(ctx, ledger_path)
+    receipt = reading.show(ledger, ref)
     if as_json:
         echo_json(receipt.model_dump(mode="json"))
     else:
+        from ledger.analyses.nodes import node_differences
+        from ledger.analyses.stragglers import of_receipt
+
         render.receipt(receipt)
+        render.nodes_and_stragglers(receipt, node_differences(receipt), of_receipt(ledger.path(receipt.id), receipt))
 
 
 @cli.command()

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ledger.record.capture import merge_runtime
+from ledger.record.nodes import merge_runtime_nodes
 from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
+from ledger.store.jobs import is_job_dir
 from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
 from ledger.store.merge import read_json
 from ledger.store.publish import Outcome, StagingBusy, acquire_staging_lock, publish
@@ -57,6 +58,11 @@ def recover(ledger: Ledger, staging: Path | None = None) -> list[Recovered]:
 
 
 def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
+    if is_job_dir(run_dir):  # a multi-node job: see ledger.record.job
+        from ledger.record.job import recover_job
+
+        action, receipt_id, detail = recover_job(ledger, run_dir)
+        return Recovered(run_dir.name, action, receipt_id, detail)
     try:
         fd = acquire_staging_lock(run_dir)
     except StagingBusy:
@@ -71,7 +77,7 @@ def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
         ):
             return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
         outcome = _outcome(run_dir)
-        receipt = publish(ledger, run_dir, outcome, locked=True, runtime=merge_runtime)
+        receipt = publish(ledger, run_dir, outcome, locked=True, runtime=merge_runtime_nodes)
         return Recovered(run_dir.name, "published", receipt.id)
     finally:
         os.close(fd)
@@ -94,7 +100,7 @@ def _remove_stale_tmp(ledger: Ledger) -> None:
     for tmp in ledger.root.iterdir():
         if not tmp.name.startswith(TMP_PREFIX) or not tmp.is_dir():
             continue
-        run_uuid = tmp.name[len(TMP_PREFIX) :].split("-", 1)[0]
+        run_uuid = tmp.name[len(TMP_PREFIX) :].rsplit("-", 1)[0]  # a job's staging name holds a dash
         run_dir = ledger.staging / run_uuid
         if run_dir.is_dir():
             try:

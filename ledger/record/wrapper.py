@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from subprocess import PIPE, Popen
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ledger import __version__
 from ledger.errors import BadInput, LedgerError, LedgerNotWritable
@@ -41,6 +41,9 @@ from ledger.store.publish import (
 )
 from ledger.store.receipts import Ledger
 from schemas import Receipt
+
+if TYPE_CHECKING:
+    from ledger.record.job import JobOptions
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_NOT_RECORDED = 75
@@ -67,6 +70,8 @@ class RecordOptions:
     telemetry_interval: float = 1.0
     stdout: IO[bytes] | None = None
     stderr: IO[bytes] | None = None
+    job: JobOptions | None = None
+    """Multi-node job options (:mod:`ledger.record.job`); the environment may also say it."""
 
 
 @dataclass
@@ -184,9 +189,12 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     redactor = Redactor(env, opts.env_names)
     run_uuid = uuid.uuid4().hex
     err = opts.stderr or sys.stderr.buffer
+    from ledger.record.job import resolve_job  # a multi-node job stages per node (None: a single run)
+
+    job = resolve_job(opts.job, env)
     staging = _staging_root(ledger, err)
-    run_dir = staging / run_uuid
-    run_dir.mkdir(parents=True)
+    run_dir = staging / run_uuid if job is None else job.claim(staging)
+    run_dir.mkdir(parents=True, exist_ok=job is not None)
     lock_fd = acquire_staging_lock(run_dir)
     facts: dict[str, Any] = {
         "run_uuid": run_uuid,
@@ -201,6 +209,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         "attempt": opts.attempt,
         "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
         "ledger_version": __version__,
+        **(job.facts() if job is not None else {}),
     }
     write_wrapper_facts(run_dir, facts)
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
@@ -254,9 +263,18 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     outcome = outcome_of(returncode, forwarded, ended)
     exit_code, status = outcome.exit_code or 0, outcome.status
     try:
-        from ledger.record.capture import merge_runtime
+        from ledger.record.nodes import merge_runtime_nodes
 
-        receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime)
+        if job is not None:  # node 0 publishes the job once every node ended; the others stop here
+            from ledger.record.job import finish
+
+            job_receipt = finish(ledger, job, run_dir, redactor.text, err)
+            if job_receipt is None:
+                os.close(lock_fd)
+                return RecordResult(None, exit_code, run_dir)
+            receipt = job_receipt
+        else:
+            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime_nodes)
     except (LedgerError, OSError) as exc:
         os.close(lock_fd)
         source = "" if staging == ledger.staging else f" --from {staging}"

@@ -98,3 +98,45 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     task = bar.add_task(label, total=None)
     with bar:
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any) -> None:
+    """`ledger show`, after the receipt: every node's stack, differences between nodes, rank and node scores
+    (``s``: :class:`ledger.analyses.stragglers.Stragglers`) and the time lost waiting on slower ranks."""
+    from rich.markup import escape
+
+    if r.stack.nodes:
+        table = Table("node", "host", "status", "ranks", "exit", "python", "torch", "NCCL", "driver", "packages",
+                      "container", "code", "GPU", title="nodes", title_justify="left")
+        for n in r.stack.nodes:
+            code = (n.code_commit or "")[:10] + ("+" + n.code_digest[:8] if n.code_digest else "")
+            table.add_row(*(escape(_fmt(v)) for v in (
+                n.node_rank, n.hostname, n.status, ",".join(map(str, n.ranks)) or None, n.exit_code, n.python,
+                n.torch, n.drivers.nccl, n.drivers.gpu_driver, (n.packages_digest or "")[:12] or None,
+                (n.container_digest or "")[:19] or None, code or None,
+                f"{n.gpu_count}x {n.gpu_model}" if n.gpu_model else n.gpu_count)))
+        console.print(table)
+        for n in r.stack.nodes:
+            if n.detail:
+                console.print(escape(f"node {n.node_rank}: {n.detail}"))
+    for factor, text in differences:
+        console.print(f"[yellow]nodes differ[/yellow] ({escape(str(factor))}) {escape(text)}")
+    if s is None or len(s.ranks) < 2:
+        return
+    table = Table("rank", "node", "steps", "median work s", "relative", "individual",
+                  title=f"slowest ranks (work = timed phases without {', '.join(s.excluded_phases) or 'collectives'})",
+                  title_justify="left")
+    for rs in s.ranks[:max(3, len(s.stragglers))]:
+        node = f"{rs.node_rank} ({rs.hostname})" if rs.hostname else rs.node_rank
+        table.add_row(str(rs.rank), escape(_fmt(node)), str(rs.steps), f"{rs.median_s:.4g}",
+                      f"{rs.relative:.2f}", f"{rs.individual:.2f}")
+    console.print(table)
+    if len(s.nodes) > 1:
+        console.print("node scores (slowest rank's): " + escape(", ".join(
+            f"node {n.node_rank} ({n.hostname}) {n.relative:.2f} (rank {n.slowest_rank})" for n in s.nodes)))
+    if s.stragglers:
+        console.print("[red]stragglers[/red] (score < " + f"{s.threshold:g}): " + ", ".join(
+            f"rank {x.rank} {x.score:.2f}" for x in s.stragglers))
+    share = s.wait_s / s.paced_s if s.paced_s > 0 else 0.0
+    console.print(f"waiting on slower ranks: {s.wait_s:.3g} s over {s.steps_compared} steps "
+                  f"({share:.1%} of their paced step time; goodput bucket straggler_wait)")

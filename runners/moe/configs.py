@@ -201,6 +201,8 @@ class RunConfig:
     """Per-phase timers (CUDA events on GPU; synchronises once per step)."""
     delay_s: float = 0.0
     """Sleep this long in every step (tests plant a known slowdown with it)."""
+    delay_rank: int = -1
+    """Only this global rank sleeps ``delay_s`` (a planted straggler); -1: every rank."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "log_every", "eval_every", "eval_batch"):
@@ -208,6 +210,8 @@ class RunConfig:
         for name in ("warmup_steps", "checkpoint_every", "threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.delay_rank < -1:
+            raise ConfigError(f"delay_rank must be a rank or -1 (every rank), got {self.delay_rank}")
         for name in ("lr", "weight_decay", "grad_clip", "delay_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -260,7 +260,7 @@ def _train(
                 counts_LE = comm.all_reduce_sum(torch.stack([s.counts_E for s in stats]), topo)
                 for layer, counts_E in zip(moe_layers, counts_LE, strict=True):
                     layer.router.update_bias(counts_E)
-        if cfg.delay_s:
+        if cfg.delay_s and cfg.delay_rank in (-1, topo.rank):
             time.sleep(cfg.delay_s)
 
         if record:

@@ -1,0 +1,176 @@
+"""Every node's stack in a multi-node receipt, and the differences between nodes, named by factor.
+
+Two sources, one per launch shape:
+
+- ``srun ledger record -- torchrun ...`` (a wrapper per node): each node's wrapper captured its own stack
+  (``node-<k>/stack.json``: code, container, drivers from NVML, hardware, packages) and the ranks that
+  ran there reported their runtime facts; :func:`node_stack` folds them into one :class:`NodeStack`.
+- ``ledger record -- srun ...`` (one wrapper): only the launching node was probed from outside. The other
+  nodes are described from the SDK's runtime facts of their ranks (``runtime.json``: host, Slurm node
+  name and id, Python, packages, torch, CUDA runtime, NCCL, cuDNN, devices), grouped by node:
+  :func:`merge_runtime_nodes`. Not captured there: the GPU driver version and NVML facts, the container,
+  the code tree and the CPU of nodes other than the launching one (their fields stay None, never a
+  guess), nor the telemetry of nodes whose ranks do not sample it through the SDK.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ledger.record.capture import merge_runtime
+from schemas import Factor, Hardware, NodeStack, Software, Stack
+
+MAX_PACKAGES_NAMED = 10
+
+
+def node_stack(
+    stack: Stack,
+    *,
+    node_rank: int | None,
+    hostname: str | None,
+    ranks: Sequence[int] = (),
+    status: str = "ended",
+    detail: str | None = None,
+    exit_code: int | None = None,
+    reference: Software | None = None,
+) -> NodeStack:
+    """One node's entry from its stack (already merged with its ranks' runtime facts). ``reference``: the
+    job's software, against which the node's differing packages are listed."""
+    software = stack.software
+    return NodeStack(
+        node_rank=node_rank,
+        hostname=hostname,
+        status=status,  # type: ignore[arg-type]
+        detail=detail,
+        ranks=tuple(sorted(ranks)),
+        exit_code=exit_code,
+        drivers=stack.drivers,
+        python=software.python,
+        torch=software.torch,
+        packages_digest=software.packages_digest,
+        packages=package_delta(software, reference) if reference is not None else {},
+        container_image=stack.container.image,
+        container_digest=stack.container.digest,
+        code_commit=stack.code.commit,
+        code_digest=stack.code.diff_digest,
+        gpu_model=stack.hardware.gpu_model,
+        gpu_count=stack.hardware.gpu_count if stack.hardware.gpu_count or stack.hardware.nvml else None,
+        cpu_model=stack.hardware.cpu_model,
+    )
+
+
+def package_delta(software: Software, reference: Software) -> dict[str, str]:
+    """Packages whose version differs from the reference's (name -> version here; "" when absent here).
+    Empty when either side has no listing or the digests agree."""
+    if not software.packages or not reference.packages or software.packages_digest == reference.packages_digest:
+        return {}
+    mine = {p.name: p.version for p in software.packages}
+    theirs = {p.name: p.version for p in reference.packages}
+    return {name: mine.get(name, "") for name in sorted(mine.keys() | theirs.keys())
+            if mine.get(name) != theirs.get(name)}
+
+
+def node_key(facts: Mapping[str, Any]) -> str | None:
+    """Which node a rank ran on, from its runtime facts: the Slurm node name, else the host name."""
+    name = facts.get("node_name") or facts.get("host")
+    return str(name) if name else None
+
+
+def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+    """:func:`ledger.record.capture.merge_runtime`, plus ``stack.nodes`` when the ranks ran on several
+    nodes under one wrapper (``ledger record -- srun ...``): each node described from its ranks' runtime
+    facts, the launching node also from the wrapper's own probes. A stack that already lists its nodes
+    (a job staged by a wrapper per node) keeps them. Notes name the differences between nodes."""
+    merged, notes = merge_runtime(stack, facts_by_rank)
+    if stack.nodes:
+        return merged, notes
+    groups: dict[str, dict[int, Mapping[str, Any]]] = defaultdict(dict)
+    for rank, facts in facts_by_rank.items():
+        if rank >= 0 and isinstance(facts, Mapping) and node_key(facts):
+            groups[str(node_key(facts))][rank] = facts
+    if len(groups) < 2:
+        return merged, notes
+    launching = stack.hardware.hostname
+    nodes = []
+    for name, group in groups.items():
+        here = any(f.get("host") == launching for f in group.values())
+        base = stack if here else Stack(hardware=Hardware(hostname=name))
+        node, _ = merge_runtime(base, group)
+        ids = {f.get("node_rank") for f in group.values()}
+        node_rank = ids.pop() if len(ids) == 1 and isinstance(next(iter(ids), None), int) else None
+        detail = None if here else ("from its ranks' runtime facts (no wrapper on this node: GPU driver, "
+                                    "container, code and CPU not captured)")
+        nodes.append(node_stack(node, node_rank=node_rank, hostname=name, ranks=list(group), detail=detail,
+                                reference=merged.software))
+    nodes.sort(key=lambda n: (n.node_rank is None, n.node_rank or 0, min(n.ranks or (0,))))
+    merged = merged.model_copy(update={"nodes": tuple(nodes)})
+    return merged, notes + [f"nodes differ in {d}" for _, d in differences(nodes, merged.software)]
+
+
+# --------------------------------------------------------------------------------------- differences
+_FACTS: tuple[tuple[str, Factor, Callable[[NodeStack], Any]], ...] = (
+    ("GPU driver", Factor.DRIVERS, lambda n: n.drivers.gpu_driver),
+    ("CUDA driver", Factor.DRIVERS, lambda n: n.drivers.cuda_driver),
+    ("CUDA runtime", Factor.DRIVERS, lambda n: n.drivers.cuda_runtime),
+    ("NCCL", Factor.DRIVERS, lambda n: n.drivers.nccl),
+    ("cuDNN", Factor.DRIVERS, lambda n: n.drivers.cudnn),
+    ("python", Factor.SOFTWARE, lambda n: n.python),
+    ("torch", Factor.SOFTWARE, lambda n: n.torch),
+    ("container image", Factor.CONTAINER, lambda n: n.container_image),
+    ("container digest", Factor.CONTAINER, lambda n: n.container_digest),
+    ("code commit", Factor.CODE, lambda n: n.code_commit),
+    ("code digest", Factor.CODE, lambda n: n.code_digest or ("clean" if n.code_commit else None)),
+    ("GPU model", Factor.HARDWARE, lambda n: n.gpu_model),
+    ("GPU count", Factor.HARDWARE, lambda n: n.gpu_count),
+    ("CPU model", Factor.HARDWARE, lambda n: n.cpu_model),
+)
+"""What must agree between the nodes of a job: (name, factor, how to read it from a node)."""
+
+
+def _label(node: NodeStack) -> str:
+    rank = "?" if node.node_rank is None else str(node.node_rank)
+    return f"node {rank} ({node.hostname})" if node.hostname else f"node {rank}"
+
+
+def differences(nodes: Sequence[NodeStack], reference: Software | None = None) -> list[tuple[Factor, str]]:
+    """(factor, description) for every fact on which the nodes disagree; nodes that do not know a fact
+    (None) are left out of it. Packages are named (up to ten) when the node entries list them;
+    ``reference``: the job's software, the version a node has when its entry lists no difference."""
+    out: list[tuple[Factor, str]] = []
+    for name, factor, read in _FACTS:
+        by_value: dict[Any, list[NodeStack]] = defaultdict(list)
+        for node in nodes:
+            value = read(node)
+            if value is not None:
+                by_value[value].append(node)
+        if len(by_value) > 1:
+            parts = [f"{value} on {', '.join(_label(n) for n in group)}" for value, group in by_value.items()]
+            out.append((factor, f"{name}: " + "; ".join(parts)))
+    digests = {n.packages_digest for n in nodes if n.packages_digest}
+    if len(digests) > 1:
+        out.append((Factor.SOFTWARE, "packages: " + _package_text(nodes, reference)))
+    return out
+
+
+def _package_text(nodes: Sequence[NodeStack], reference: Software | None) -> str:
+    base = {p.name: p.version for p in reference.packages} if reference is not None else {}
+    names = sorted({name for n in nodes for name in n.packages})
+    if not names:
+        groups: dict[str, list[NodeStack]] = defaultdict(list)
+        for n in nodes:
+            if n.packages_digest:
+                groups[n.packages_digest[:12]].append(n)
+        return "package sets differ (digest " + "; ".join(
+            f"{d} on {', '.join(_label(n) for n in g)}" for d, g in groups.items()) + ")"
+    parts = []
+    for name in names[:MAX_PACKAGES_NAMED]:
+        by_version: dict[str, list[NodeStack]] = defaultdict(list)
+        for n in nodes:
+            if n.packages_digest:
+                by_version[n.packages.get(name, base.get(name, "")) or "absent"].append(n)
+        parts.append(f"{name} " + "; ".join(f"{v} on {', '.join(_label(n) for n in g)}"
+                                             for v, g in by_version.items()))
+    more = f" (and {len(names) - MAX_PACKAGES_NAMED} more)" if len(names) > MAX_PACKAGES_NAMED else ""
+    return " | ".join(parts) + more
