@@ -1,0 +1,76 @@
+"""Straggler scores and waiting time on timing tables whose answers are computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+
+from ledger.analyses.goodput import Goodput
+from ledger.analyses.stragglers import BUCKET, straggler_bucket, stragglers
+from schemas import NodeStack
+from schemas.tables import TIMING
+
+
+def _timing(work: dict[int, list[float]], wait: float = 0.15) -> pa.Table:
+    """Each rank's own work per step ("expert"), plus an all-to-all that is excluded from it."""
+    rows = []
+    for rank, values in work.items():
+        for step, seconds in enumerate(values, start=1):
+            rows.append({"rank": rank, "step": step, "phase": "expert", "seconds": seconds})
+            rows.append({"rank": rank, "step": step, "phase": "all_to_all", "seconds": wait})
+    return pa.Table.from_pylist(rows, schema=TIMING)
+
+
+def test_slow_rank_scores_names_node_and_waiting_time() -> None:
+    e = [0.001 * s for s in range(1, 11)]
+    work = {0: [0.10 + x for x in e], 1: [0.10 + x for x in e], 2: [0.25 + x for x in e], 3: [0.10 + x for x in e]}
+    nodes = (NodeStack(node_rank=0, hostname="a", ranks=(0, 1)), NodeStack(node_rank=1, hostname="b", ranks=(2, 3)))
+    s = stragglers(_timing(work), nodes)
+    # medians: 0.1055 for ranks 0, 1, 3 and 0.2555 for rank 2
+    assert [r.rank for r in s.stragglers] == [2]
+    assert s.stragglers[0].relative == pytest.approx(0.1055 / 0.2555)
+    # windows of 5 steps: medians 0.253 (steps 1-5) and 0.258 (6-10, the latest)
+    assert s.stragglers[0].individual == pytest.approx(0.253 / 0.258)
+    assert {r.rank: r.relative for r in s.ranks}[0] == pytest.approx(1.0)
+    assert (s.nodes[0].node_rank, s.nodes[0].slowest_rank, s.nodes[0].hostname) == (1, 2, "b")
+    assert s.nodes[1].relative == pytest.approx(1.0)
+    # per step: slowest 0.25 + e, median of the four 0.10 + e -> 0.15 s lost per step, 10 steps
+    assert s.wait_s == pytest.approx(1.5)
+    assert s.paced_s == pytest.approx(2.5 + 0.055)
+    assert s.steps_compared == 10 and s.excluded_phases == ["all_to_all"]
+
+
+def test_a_rank_that_slows_down_is_named_by_its_individual_score() -> None:
+    work = {0: [0.1] * 10, 1: [0.1] * 5 + [0.2] * 5, 2: [0.2] * 10}
+    s = stragglers(_timing(work, wait=0.0))
+    by_rank = {r.rank: r for r in s.ranks}
+    # rank 1: best window median 0.1, latest 0.2; rank 2 is slow from the start (individual 1.0)
+    assert by_rank[1].individual == pytest.approx(0.5)
+    assert by_rank[2].individual == pytest.approx(1.0)
+    assert by_rank[1].relative == pytest.approx(0.1 / 0.15)  # its median over all ten steps is 0.15
+    assert by_rank[2].relative == pytest.approx(0.5)
+    assert {r.rank for r in s.stragglers} == {1, 2}
+
+
+def test_steps_missing_a_rank_are_not_compared_and_one_rank_gives_no_wait() -> None:
+    s = stragglers(_timing({0: [0.1, 0.1, 0.1], 1: [0.3, 0.3]}, wait=0.0))
+    # median of two ranks is their mean: (0.3 - 0.2) per step, two steps
+    assert s.steps_compared == 2 and s.wait_s == pytest.approx(0.2)
+    alone = stragglers(_timing({0: [0.1, 0.5]}))
+    assert alone.wait_s == 0.0 and alone.stragglers == []
+    empty = stragglers(TIMING.empty_table())
+    assert empty.ranks == [] and empty.wait_s == 0.0
+
+
+def test_straggler_bucket_moves_wait_out_of_productive_time() -> None:
+    g = Goodput(run_id="r", name=None, start=0.0, wall_s=10.0, productive_s=6.0, buckets={"startup": 4.0},
+                attempts=[], steps_computed=1, steps_useful=1, steps_recomputed=0, tokens_processed=None,
+                tokens_useful=None, step_time_median_s=None, step_time_mad_s=None, steady_step_time_s=None,
+                steady_steps=0, checkpoints_saved=0, checkpoints_useful=0)
+    moved = straggler_bucket(g, 1.5)
+    assert (moved.productive_s, moved.buckets[BUCKET]) == (4.5, 1.5)
+    assert moved.productive_s + moved.badput_s == pytest.approx(g.wall_s)
+    assert straggler_bucket(g, 99.0).productive_s == 0.0  # never more than the productive time
+    assert dataclasses.replace(g) == g  # the original is untouched

@@ -1,0 +1,92 @@
+"""The job staging protocol with real `ledger record --job` wrappers and a small SDK script (no torch):
+a node that never reports, a node-0 wrapper killed (then `ledger recover`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import BIN, child_env
+from helpers import ids_in, load_receipt
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import ledger.sdk
+    run = ledger.sdk.current()
+    rank = int(sys.argv[1])
+    run.report_runtime()
+    for step in range(1, 4):
+        if rank == 0:
+            run.log_step(step, loss=1.0 / step, step_time_s=0.01)
+        run.log_timing(step, "expert", 0.01 * (rank + 1))
+    run.flush()
+    time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def _wrapper(tmp: Path, k: int, nnodes: int, sleep: float, *extra: str) -> subprocess.Popen[str]:
+    script = tmp / "train.py"
+    script.write_text(SCRIPT)
+    cmd = [str(BIN / "ledger"), "record", "--name", "staged", "--job", "job-a", "--node-rank", str(k),
+           "--nnodes", str(nnodes), "--telemetry-interval", "0", *extra, "--", sys.executable, str(script),
+           str(k), str(sleep)]
+    env = child_env(LEDGER_DIR=str(tmp / "receipts"), RANK=str(k))
+    return subprocess.Popen(cmd, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_node_that_never_reports_is_lost_after_the_timeout(tmp_path: Path) -> None:
+    node0 = _wrapper(tmp_path, 0, 2, 0.0, "--job-timeout", "1")
+    _, err = node0.communicate(timeout=120)
+    assert node0.returncode == 0, err  # the launch of node 0 succeeded: its exit status is kept
+    ids = ids_in(tmp_path / "receipts")
+    assert len(ids) == 1
+    receipt = load_receipt(tmp_path / "receipts", ids[0])
+    assert receipt["status"] == "failed"
+    nodes = receipt["stack"]["nodes"]  # type: ignore[index]
+    assert [(n["node_rank"], n["status"]) for n in nodes] == [(0, "ended"), (1, "lost")]
+    assert nodes[1]["detail"] == "never reported (no wrapper staged this node)"
+    steps = pq.read_table(tmp_path / "receipts" / ids[0] / "steps.parquet")
+    assert steps.column("step").to_pylist() == [1, 2, 3]  # node 0's data all there
+
+
+def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Path) -> None:
+    node0 = _wrapper(tmp_path, 0, 2, 30.0)
+    node1 = _wrapper(tmp_path, 1, 2, 0.0)
+    _, err1 = node1.communicate(timeout=120)
+    assert node1.returncode == 0 and "node 0 publishes the receipt" in err1
+    node0_dir = next((tmp_path / "receipts" / ".staging").glob("job-*/node-00000"))
+    deadline = time.monotonic() + 60
+    while not (node0_dir / "rank-00000" / "steps.arrows").exists():  # node 0 has trained and flushed
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    recover = [str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "recover"]
+    running = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert "running" in running.stdout and ids_in(tmp_path / "receipts") == []
+    child = json.loads((node0_dir / "wrapper.json").read_text())["child_pid"]
+    node0.send_signal(signal.SIGKILL)
+    node0.communicate(timeout=30)
+    os.killpg(child, signal.SIGKILL)  # the wrapper started its launch in a session of its own
+    done = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "published" in done.stdout, done.stdout + done.stderr
+    ids = ids_in(tmp_path / "receipts")
+    assert len(ids) == 1
+    receipt = load_receipt(tmp_path / "receipts", ids[0])
+    nodes = receipt["stack"]["nodes"]  # type: ignore[index]
+    assert [(n["node_rank"], n["status"], n["ranks"]) for n in nodes] == [(0, "lost", [0]), (1, "ended", [1])]
+    assert receipt["status"] == "failed"
+    timing = pq.read_table(tmp_path / "receipts" / ids[0] / "timing.parquet").to_pylist()
+    assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
+    again = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids

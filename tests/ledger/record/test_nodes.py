@@ -1,0 +1,135 @@
+"""Every node's stack, the differences between nodes, and which launches form a multi-node job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ledger import sdk
+from ledger.analyses.nodes import node_differences
+from ledger.errors import BadInput
+from ledger.record.job import Job, JobOptions, resolve_job
+from ledger.record.nodes import differences, merge_runtime_nodes, package_delta
+from schemas import Drivers, Factor, NodeStack, Package, Receipt, Software, Stack
+
+
+def _node(k: int, **kw: object) -> NodeStack:
+    return NodeStack(node_rank=k, hostname=f"gpu-{k:03d}", **kw)  # type: ignore[arg-type]
+
+
+def test_differences_are_named_by_factor_and_node() -> None:
+    same = {"python": "3.11.7", "code_commit": "abc", "gpu_model": "NVIDIA H200"}
+    nodes = [
+        _node(0, drivers=Drivers(nccl="2.21.5", gpu_driver="570.1"), container_digest="sha256:aa", **same),
+        _node(1, drivers=Drivers(nccl="2.21.5", gpu_driver="570.1"), container_digest="sha256:aa", **same),
+        _node(2, drivers=Drivers(nccl="2.19.3", gpu_driver="570.1"), container_digest="sha256:bb",
+              code_digest="d1ff", **same),
+    ]
+    found = differences(nodes)
+    assert (Factor.DRIVERS, "NCCL: 2.21.5 on node 0 (gpu-000), node 1 (gpu-001); 2.19.3 on node 2 (gpu-002)") in found
+    assert (Factor.CONTAINER, "container digest: sha256:aa on node 0 (gpu-000), node 1 (gpu-001); "
+                              "sha256:bb on node 2 (gpu-002)") in found
+    assert (Factor.CODE, "code digest: clean on node 0 (gpu-000), node 1 (gpu-001); d1ff on node 2 (gpu-002)") in found
+    assert {f for f, _ in found} == {Factor.DRIVERS, Factor.CONTAINER, Factor.CODE}  # python, GPU agree
+    # unknown facts (a lost node that reported nothing) are not differences
+    assert differences([nodes[0], _node(3, status="lost")]) == []
+
+
+def test_package_differences_name_the_packages() -> None:
+    job = Software(packages=(Package(name="a", version="1"), Package(name="b", version="2")), packages_digest="x")
+    other = Software(packages=(Package(name="a", version="1"), Package(name="b", version="3"),
+                               Package(name="c", version="1")), packages_digest="y")
+    assert package_delta(other, job) == {"b": "3", "c": "1"}
+    assert package_delta(job, job) == {}
+    nodes = [_node(0, packages_digest="x"), _node(1, packages_digest="y", packages={"b": "3", "c": "1"})]
+    receipt = Receipt(run_uuid="u", status="succeeded", stack=Stack(software=job, nodes=tuple(nodes)))
+    assert node_differences(receipt) == [
+        (Factor.SOFTWARE, "packages: b 2 on node 0 (gpu-000); 3 on node 1 (gpu-001) | "
+                          "c absent on node 0 (gpu-000); 1 on node 1 (gpu-001)")
+    ]
+    assert node_differences(Receipt(run_uuid="u", status="succeeded")) == []
+
+
+def test_one_wrapper_over_srun_gets_nodes_from_the_ranks_runtime_facts() -> None:
+    """`ledger record -- srun ...`: this process's real facts for the launching node's ranks, the same
+    facts with another node name and NCCL for the other node's."""
+    here = sdk.runtime_facts()
+    there = dict(here, host="gpu-002", node_name="gpu-002", node_rank=1, nccl="2.19.3")
+    launching = Stack(software=Software(python="3.11.7"))
+    launching = launching.model_copy(update={"hardware": launching.hardware.model_copy(
+        update={"hostname": here["host"]})})
+    mine = dict(here, node_rank=0, node_name=None, nccl="2.21.5")
+    stack, notes = merge_runtime_nodes(launching, {0: mine, 1: mine, 2: there, 3: there})
+    assert [(n.node_rank, n.hostname, n.ranks) for n in stack.nodes] == [
+        (0, here["host"], (0, 1)), (1, "gpu-002", (2, 3))]
+    assert stack.nodes[1].detail and "runtime facts" in stack.nodes[1].detail
+    assert stack.nodes[0].detail is None
+    assert "nodes differ in NCCL: 2.21.5 on node 0" in " ".join(notes)
+    # one node: nothing added, as before
+    single, _ = merge_runtime_nodes(launching, {0: mine, 1: mine})
+    assert single.nodes == ()
+
+
+SLURM = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3", "SLURM_NNODES": "4", "SLURM_STEP_NUM_NODES": "2",
+         "SLURM_NODEID": "1", "SLURMD_NODENAME": "gpu-007"}
+
+
+@pytest.mark.parametrize(
+    ("opts", "env", "expected"),
+    [
+        (None, {}, None),
+        (None, {**SLURM, "SLURM_STEP_NUM_NODES": "1"}, None),  # a one-node step: the single-run path
+        (None, {k: v for k, v in SLURM.items() if k != "SLURM_STEP_ID"}, None),  # the batch script itself
+        (None, {**SLURM, "SLURM_STEP_ID": "4294967294"}, None),  # Slurm's batch step id
+        (None, SLURM, ("slurm:77.3", 1, 2, "gpu-007")),
+        (None, {"TORCHELASTIC_RUN_ID": "none", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2"}, None),
+        (None, {"TORCHELASTIC_RUN_ID": "r1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "SLURMD_NODENAME": "n"},
+         ("torchelastic:r1", 1, 2, "n")),
+        (JobOptions(key="k", node_rank=0, nnodes=3), {}, ("k", 0, 3, None)),
+        (JobOptions(key="k", node_rank=0, nnodes=1), {}, ("k", 0, 1, None)),
+    ],
+)
+def test_job_key_from_options_or_environment(opts: JobOptions | None, env: dict[str, str],
+                                             expected: tuple[str, int, int, str | None] | None) -> None:
+    job = resolve_job(opts, env)
+    if expected is None:
+        assert job is None
+    else:
+        assert job is not None
+        assert (job.key, job.node_rank, job.nnodes) == expected[:3]
+        if expected[3]:
+            assert job.node_name == expected[3]
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        (JobOptions(key="k", node_rank=0), "--nnodes"),
+        (JobOptions(key="k", nnodes=2), "--node-rank"),
+        (JobOptions(key="k", node_rank=2, nnodes=2), "outside 0..1"),
+        (JobOptions(node_rank=1, nnodes=2), "--job KEY"),
+        (JobOptions(key="k", node_rank=0, nnodes=2, timeout_s=0), "--job-timeout"),
+    ],
+)
+def test_bad_job_options_are_one_line_errors(opts: JobOptions, message: str) -> None:
+    with pytest.raises(BadInput, match=message.replace(".", r"\.")):
+        resolve_job(opts, {})
+
+
+def test_a_node_rank_claimed_twice_is_refused(tmp_path: Path) -> None:
+    def job(k: int) -> Job:
+        found = resolve_job(JobOptions(key="k", node_rank=k, nnodes=2), {})
+        assert found is not None
+        return found
+
+    first = job(1)
+    node = first.claim(tmp_path)
+    assert node.name == "node-00001" and node.parent.name.startswith("job-")
+    with pytest.raises(BadInput, match="node 1 is already staged"):
+        job(1).claim(tmp_path)
+    lead = job(0)
+    lead.claim(tmp_path)  # node 0 holds the job's lock while it lives
+    with pytest.raises(BadInput, match="already runs as node 0"):
+        job(0).claim(tmp_path)
+    lead.release()
