@@ -17,9 +17,10 @@ would hide the straggler. Runners that time no phases give no scores (steps alon
 
 **Time lost waiting** (the ``straggler_wait`` badput bucket): in every step for which all ranks report, the
 step is paced by the slowest rank's work; had it worked at the median rank's pace the step would have been
-shorter by ``max_r w[r, s] - median_r w[r, s]``. The sum over steps estimates the productive step time
-spent waiting on slower ranks. It assumes the ranks synchronise every step (data, expert or pipeline
-parallel collectives do) and it is an estimate from timers, not a measurement of idle GPU time.
+shorter by ``max_r w[r, s] - median_r w[r, s]``. The sum over steps estimates the time the job spent
+waiting on slower ranks (:func:`straggler_bucket` says where it is taken from on the goodput clock). It
+assumes the ranks synchronise every step (data, expert or pipeline parallel collectives do) and it is an
+estimate from timers, not a measurement of idle GPU time.
 """
 
 from __future__ import annotations
@@ -175,10 +176,17 @@ def of_receipt(receipt_dir: Path, receipt: Receipt) -> Stragglers:
 
 
 def straggler_bucket(goodput: Any, wait_s: float) -> Any:
-    """A copy of a :class:`ledger.analyses.goodput.Goodput` with the time lost waiting on stragglers moved
-    from productive time into a ``straggler_wait`` badput bucket (so buckets + productive still add up to
-    the wall time). ``wait_s``: the sum of :attr:`Stragglers.wait_s` over the run's attempts. Kept apart
-    from the goodput module: the timeline does not draw this bucket (it lies inside productive steps)."""
-    moved = max(0.0, min(wait_s, goodput.productive_s))
-    return dataclasses.replace(goodput, productive_s=goodput.productive_s - moved,
-                               buckets={**goodput.buckets, BUCKET: moved})
+    """A copy of a :class:`ledger.analyses.goodput.Goodput` with the time lost waiting on stragglers as a
+    ``straggler_wait`` badput bucket; buckets + productive still add up to the wall time. ``wait_s``: the
+    sum of :attr:`Stragglers.wait_s` over the run's attempts.
+
+    Where the waiting lies on the goodput clock depends on the runner: a rank that finished its step
+    blocks at the next collective, which is either inside the logged step (its step time includes it:
+    productive) or between logged steps (the reference runner logs its step time before the step's last
+    all-reduce: ``other``). The bucket takes its seconds from ``other`` first, then from productive time,
+    never more than both. Kept apart from the goodput module; its timeline does not draw this bucket."""
+    other = goodput.buckets.get("other", 0.0)
+    from_other = max(0.0, min(wait_s, other))
+    from_productive = max(0.0, min(wait_s - from_other, goodput.productive_s))
+    buckets = {**goodput.buckets, "other": other - from_other, BUCKET: from_other + from_productive}
+    return dataclasses.replace(goodput, productive_s=goodput.productive_s - from_productive, buckets=buckets)

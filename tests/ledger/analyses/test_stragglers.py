@@ -64,13 +64,16 @@ def test_steps_missing_a_rank_are_not_compared_and_one_rank_gives_no_wait() -> N
     assert empty.ranks == [] and empty.wait_s == 0.0
 
 
-def test_straggler_bucket_moves_wait_out_of_productive_time() -> None:
-    g = Goodput(run_id="r", name=None, start=0.0, wall_s=10.0, productive_s=6.0, buckets={"startup": 4.0},
+def test_straggler_bucket_takes_the_wait_from_other_then_productive_time() -> None:
+    g = Goodput(run_id="r", name=None, start=0.0, wall_s=10.0, productive_s=6.0, buckets={"startup": 3.0, "other": 1.0},
                 attempts=[], steps_computed=1, steps_useful=1, steps_recomputed=0, tokens_processed=None,
                 tokens_useful=None, step_time_median_s=None, step_time_mad_s=None, steady_step_time_s=None,
                 steady_steps=0, checkpoints_saved=0, checkpoints_useful=0)
     moved = straggler_bucket(g, 1.5)
-    assert (moved.productive_s, moved.buckets[BUCKET]) == (4.5, 1.5)
+    assert (moved.productive_s, moved.buckets["other"], moved.buckets[BUCKET]) == (5.5, 0.0, 1.5)
     assert moved.productive_s + moved.badput_s == pytest.approx(g.wall_s)
-    assert straggler_bucket(g, 99.0).productive_s == 0.0  # never more than the productive time
-    assert dataclasses.replace(g) == g  # the original is untouched
+    small = straggler_bucket(g, 0.25)
+    assert (small.productive_s, small.buckets["other"], small.buckets[BUCKET]) == (6.0, 0.75, 0.25)
+    capped = straggler_bucket(g, 99.0)  # never more than other + productive
+    assert (capped.productive_s, capped.buckets[BUCKET], capped.buckets["startup"]) == (0.0, 7.0, 3.0)
+    assert dataclasses.replace(g) == g and g.productive_s == 6.0  # the original is untouched

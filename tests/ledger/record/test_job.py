@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 from conftest import BIN, ROOT, child_env
 
-from ledger.analyses.nodes import node_differences
 from ledger.analyses.goodput import goodput
+from ledger.analyses.nodes import node_differences
 from ledger.analyses.stragglers import WAIT_PHASES, of_receipt, straggler_bucket
+from ledger.cli.app import cli
 from ledger.store.receipts import Ledger
 from schemas import Factor
 
@@ -178,11 +180,10 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     assert job_goodput.buckets["straggler_wait"] == pytest.approx(found.wait_s)
     assert job_goodput.productive_s + job_goodput.badput_s == pytest.approx(job_goodput.wall_s)
 
-    shown = subprocess.run([str(BIN / "ledger"), "show", ids[0][:12]], env=child_env(LEDGER_DIR=str(ledger_dir)),
-                           capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert f"rank 3 {found.stragglers[0].score:.2f}" in shown.stdout
-    assert "stackreceipt-planted" in shown.stdout and "gpu-001" in shown.stdout
+    shown = CliRunner().invoke(cli, ["--ledger", str(ledger_dir), "show", ids[0][:12]])
+    assert shown.exit_code == 0, shown.output
+    assert f"stragglers (score < 0.7): rank 3 {found.stragglers[0].score:.2f}" in shown.output
+    assert "nodes differ (software) packages: stackreceipt-planted" in shown.output and "gpu-001" in shown.output
 
 
 def test_node_killed_mid_run_one_failed_receipt_node_lost_node_0_kept(
