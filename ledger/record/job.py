@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from ledger.errors import BadInput
+from ledger.errors import BadInput, LedgerError
 from ledger.store.jobs import has_ended, job_dir, mark_ended, node_dir, node_dirs
 from ledger.store.layout import (
     ARGUMENTS_FILE,
@@ -334,7 +334,10 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
         nodes.append(node_stack(merged, node_rank=s.node_rank, hostname=_node_name(s.dir, s.node_rank),
                                 ranks=ranks, status="ended" if s.ended else "lost", detail=s.detail,
                                 exit_code=outcome.exit_code if outcome else None, reference=reference))
-    write_json_atomic(job / STACK_FILE, base.model_copy(update={"nodes": tuple(nodes)}).model_dump(mode="json"))
+    observed = set(base.hardware.nodes_observed) | {n.hostname for n in nodes if n.hostname and n.status == "ended"}
+    hardware = base.hardware.model_copy(update={"nodes_observed": tuple(sorted(observed))})
+    job_stack = base.model_copy(update={"nodes": tuple(nodes), "hardware": hardware})
+    write_json_atomic(job / STACK_FILE, job_stack.model_dump(mode="json"))
     for n in nodes:
         if n.status == "lost":
             kept = f"; kept what it wrote (ranks {', '.join(map(str, n.ranks))})" if n.ranks else ""
@@ -418,7 +421,10 @@ def finish(ledger: Ledger, job: Job, node: Path, redact: Redact, err: IO[bytes])
         _say(err, f"ledger: node 0 of job {job.key}: waiting up to {job.timeout_s:g} s for {others} other node(s)")
     states = wait_for_nodes(job.dir, job.nnodes, job.timeout_s)
     try:
-        assemble(job.dir, states, redact)
+        try:
+            assemble(job.dir, states, redact)
+        except (ValueError, TypeError, pa.ArrowException) as exc:  # the data stays staged for `ledger recover`
+            raise LedgerError(f"assembling job {job.key!r} failed: {type(exc).__name__}: {exc}") from exc
         return publish(ledger, job.dir, job_outcome(states), redact=redact, locked=True, runtime=merge_runtime_nodes)
     finally:
         job.release()

@@ -182,3 +182,14 @@ def test_delay_and_timing_switch(kit: Any) -> None:
     assert slow.step_time_s >= 3 * 0.05
     untimed = train(get_config("tiny", [*kit.MICRO_MODEL, "steps=3", "eval_every=100", "timing=off"]))
     assert untimed.timing == {} and len(untimed.losses) == 3
+
+
+def test_delay_rank_plants_one_slow_rank_and_is_validated(kit: Any) -> None:
+    from runners.moe.configs import ConfigError
+
+    # this process is rank 0: delay_rank=0 sleeps in it, delay_rank=1 does not (the 2-node job test shows the
+    # other side: only rank 3 of 4 is slow)
+    slow = train(get_config("tiny", [*kit.MICRO_MODEL, "steps=2", "eval_every=100", "delay_s=0.05", "delay_rank=0"]))
+    assert slow.step_time_s >= 2 * 0.05
+    with pytest.raises(ConfigError, match="delay_rank"):
+        get_config("tiny", ["delay_rank=-2"])
