@@ -367,11 +367,8 @@ def _merge_wrapper_rows(job: Path, present: list[NodeState], notes: list[tuple[s
         for s in present:
             if not (s.dir / WRAPPER_RANK_DIR).is_dir():
                 continue
-            table, problems = read_table(s.dir, name)
-            notes += [(f"{s.dir.name}/{p.source}", p.message) for p in problems
-                      if p.source.startswith(WRAPPER_RANK_DIR + "/")]
-            mask = pa.array([r == -1 for r in table.column("rank").to_pylist()], pa.bool_())
-            table = table.filter(mask)
+            table, problems = read_table(s.dir, name, ranks=(-1,))
+            notes += [(f"{s.dir.name}/{p.source}", p.message) for p in problems]
             node = _node_name(s.dir, s.node_rank)
             if name == "telemetry" and table.num_rows and node:
                 i = table.schema.get_field_index("node")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,15 @@ def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
         yield rank, path
 
 
-def read_table(run_dir: Path, name: str) -> tuple[pa.Table, list[Problem]]:
-    """All rows of one metric table over every rank, in the table's schema, and what was damaged."""
+def read_table(run_dir: Path, name: str, ranks: Container[int] | None = None) -> tuple[pa.Table, list[Problem]]:
+    """All rows of one metric table over every rank (or only ``ranks``; -1: the wrapper's), in the table's
+    schema, and what was damaged."""
     schema = TABLES[name]
     parts: list[pa.Table] = []
     problems: list[Problem] = []
     for rank, directory in rank_dirs(run_dir):
+        if ranks is not None and rank not in ranks:
+            continue
         stream = directory / f"{name}{STREAM_SUFFIX}"
         if stream.exists():
             table, problem = _read_stream(stream, schema, run_dir)
