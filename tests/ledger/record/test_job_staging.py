@@ -90,3 +90,15 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
     again = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
     assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids
+    # the HTML report names the slow rank: rank 1 logged twice rank 0's work (0.02 s against 0.01 s)
+    single = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name",
+                             "single", "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "train.py"),
+                             "0", "0"], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    page = tmp_path / "report.html"
+    report = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "report", ids[0][:12],
+                             "single", "--html", str(page)], env=child_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert report.returncode == 0, report.stderr
+    section = page.read_text().split('<h2 id="stragglers">Nodes and stragglers</h2>')[1].split("<h2")[0]
+    assert "<td class=\"l\">1</td><td class=\"\">1 (" in section and "0.50" in section and "straggler" in section
