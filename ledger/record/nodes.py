@@ -92,10 +92,11 @@ def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, A
             groups[str(node_key(facts))][rank] = facts
     if len(groups) < 2:
         return merged, notes
-    launching = stack.hardware.hostname
+    # the launching node by the name its ranks use: Slurm's node name when the wrapper saw one
+    launching = stack.environment.get("SLURMD_NODENAME") or stack.hardware.hostname
     nodes = []
     for name, group in groups.items():
-        here = any(f.get("host") == launching for f in group.values())
+        here = name == launching
         base = stack if here else Stack(hardware=Hardware(hostname=name))
         node, _ = merge_runtime(base, group)
         ids = {f.get("node_rank") for f in group.values()}

@@ -102,3 +102,31 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     assert report.returncode == 0, report.stderr
     section = page.read_text().split('<h2 id="stragglers">Nodes and stragglers</h2>')[1].split("<h2")[0]
     assert "<td class=\"l\">1</td><td class=\"\">1 (" in section and "0.50" in section and "straggler" in section
+
+
+FAKE_SRUN = textwrap.dedent(
+    """
+    # starts the ranks of two "nodes" the way srun does: each rank with its node's Slurm variables
+    import os, subprocess, sys
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), SLURM_NODEID=str(rank), SLURMD_NODENAME=f"gpu-{rank:03d}")
+        procs.append(subprocess.Popen([sys.executable, *sys.argv[1:], str(rank), "0"], env=env))
+    sys.exit(max(p.wait() for p in procs))
+    """
+)
+
+
+def test_one_wrapper_around_srun_describes_each_node_from_its_ranks(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "srun.py").write_text(FAKE_SRUN)
+    proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name", "srun",
+                           "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "srun.py"),
+                           str(tmp_path / "train.py")], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (receipt_id,) = ids_in(tmp_path / "receipts")
+    receipt = load_receipt(tmp_path / "receipts", receipt_id)
+    nodes = receipt["stack"]["nodes"]  # type: ignore[index]
+    assert [(n["node_rank"], n["hostname"], n["ranks"]) for n in nodes] == [(0, "gpu-000", [0]), (1, "gpu-001", [1])]
+    assert all(n["detail"] and "runtime facts" in n["detail"] for n in nodes)  # no wrapper ran on either
+    assert nodes[0]["packages_digest"] == nodes[1]["packages_digest"] and nodes[0]["torch"]
