@@ -86,8 +86,23 @@ def fraction(f: float | None) -> str:
     return "0%" if abs(f) < 0.005 else f"{100 * f:.0f}%"
 
 
+def within(ci: tuple[float, float] | None, centre: float | None) -> str:
+    """A run's within-run interval as ' +-x%' of its value ('' when there is none)."""
+    if ci is None or centre is None or centre == 0 or not all(map(math.isfinite, ci)):
+        return ""
+    return f" \u00b1{100 * (ci[1] - ci[0]) / 2 / abs(centre):.1f}%"
+
+
+def runs(row: MetricRow) -> str:
+    """Runs per side of a row, and whether a noise floor joined them: '3v3', '1v1+floor'."""
+    if row.verdict == "unavailable":
+        return "-"
+    text = f"{row.n[0]}v{row.n[1]}"
+    return text + ("+floor" if row.evidence and "noise floor" in row.evidence else "")
+
+
 def threshold(row: MetricRow) -> str:
-    """The noise threshold of a row."""
+    """The smallest change worth reporting of a row."""
     if row.scale == "ratio":
         return f"{100 * row.threshold:g}%"
     if row.unit == "fraction":

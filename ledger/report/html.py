@@ -37,7 +37,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 tr.fam td{background:#fafafa;font-weight:600;text-align:left}
 .better{color:#17802f;font-weight:600}.worse{color:#c0261b;font-weight:600}
-.higher,.lower{color:#a86b00;font-weight:600}.untested{color:#a86b00}
+.higher,.lower{color:#a86b00;font-weight:600}.inconclusive{color:#a86b00}
 .unavailable,.nsd{color:#777}.reason{color:#888;font-size:11.5px}
 .note{background:#fff8e1;border-left:3px solid #f0b400;padding:4px 8px;margin:4px 0}
 .problem{background:#fdecea;border-left:3px solid #c0261b;padding:4px 8px;margin:4px 0}
@@ -54,7 +54,7 @@ def _e(text: object) -> str:
 
 
 def _verdict_class(verdict: str) -> str:
-    return {"no significant difference": "nsd"}.get(verdict, verdict)
+    return {"no significant difference": "nsd", "same configuration": "same"}.get(verdict, verdict)
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, raw: bool = False) -> str:
@@ -132,7 +132,8 @@ def _plots(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
 
 
 def _metrics_table(c: Comparison) -> str:
-    head = ["metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "test", "noise", "verdict"]
+    head = ["metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "runs", "min change",
+            "verdict"]
     rows = []
     family = None
     for row in c.metrics:
@@ -147,13 +148,14 @@ def _metrics_table(c: Comparison) -> str:
             name += f'<br><span class="reason">{_e(row.note)}</span>'
         cells = [name, *(_e(x) for x in (
             fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
-            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), row.test or "-", fmt.threshold(row))), verdict]
+            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), fmt.runs(row), fmt.threshold(row))), verdict]
         rows.append("<tr>" + "".join(f'<td class="{"l" if i in (0, 9) else ""}">{x}</td>'
                                      for i, x in enumerate(cells)) + "</tr>")
     th = "".join(f'<th class="{"l" if i in (0, 9) else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     return (f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            "<p>Headline metrics in bold. A change counts only when it is significant (p &lt; "
-            f"{c.settings.alpha:g}) and larger than the noise threshold.</p>")
+            "<p>Headline metrics in bold. A verdict rests on the variance between runs (replicates, or the "
+            "ledger's noise floor); one run per side is inconclusive. A change counts only when it is significant "
+            f"(p &lt; {c.settings.alpha:g}) and larger than the min change.</p>")
 
 
 def _attribution(c: Comparison) -> str:
@@ -164,10 +166,13 @@ def _attribution(c: Comparison) -> str:
             continue
         how = ((("Shapley over all " if att.shapley else f"average over {att.orders} of ")
                 + f"{att.orders_possible} orders") if att.orders else "no single-factor path")
+        noise = f"noise: {att.noise.source}" if att.noise else "no between-run evidence: point estimates only"
         parts.append(f"<h3>{_e(att.headline)} ({_e(att.metric)})</h3><p>total {_e(fmt.share(att.total))} "
-                     f"{_e(fmt.interval(att.total_ci))}; {_e(how)}; {_e(att.note)}</p>")
-        rows = [[_e(s.factors[0]), _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)),
-                 _e(f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")] for s in att.shares]
+                     f"{_e(fmt.interval(att.total_ci))} {_e(att.total_verdict)}; {_e(how)}; {_e(noise)}; "
+                     f"{_e(att.note)}</p>")
+        rows = [[_e(s.factors[0]) + f' <span class="reason">{_e(s.verdict)}</span>', _e(fmt.share(s.share)),
+                 _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)), _e(f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")]
+                for s in att.shares]
         rows += [[f'<span class="conf">confounded: {_e(", ".join(s.factors))} changed together</span>',
                   _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)), ""]
                  for s in att.confounded]
