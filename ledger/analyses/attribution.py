@@ -65,7 +65,7 @@ class Lattice:
     nodes: dict[Subset, tuple[str, ...]]
     """Subset of F taken from B -> receipt ids at that node (A's at the empty set, B's at F)."""
     free: frozenset[str]
-    """Factors not compared (the seed, when a side is a replicate group)."""
+    """Factors not compared: the seed (a seed change is run-to-run noise, never a cause)."""
 
     def edges(self) -> list[tuple[Subset, Subset]]:
         """Pairs of existing nodes one factor apart (the ablation graph between A and B)."""

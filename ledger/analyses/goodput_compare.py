@@ -176,9 +176,9 @@ def _goodput_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Any]:
     note = "productive step time / wall time of the receipt (ledger goodput REF covers all attempts)"
     return [
         RunMetric(Spec("goodput", "goodput", "ratio", "higher", 0.02, scale="delta", statistic="value",
-                       deterministic=True, note=note), _goodput_obs),
+                       note=note), _goodput_obs),
         RunMetric(Spec("token goodput", "goodput", "ratio", "higher", 0.01, scale="delta", statistic="value",
-                       deterministic=True, note="useful tokens / processed tokens"), _token_goodput_obs),
+                       note="useful tokens / processed tokens"), _token_goodput_obs),
     ]
 
 
