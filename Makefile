@@ -18,7 +18,7 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.core
-	$(PIP) -e ".[dev,dvc]" nvidia-ml-py pyyaml megatron-core
+	$(PIP) -e ".[dev,dvc,web]" nvidia-ml-py pyyaml megatron-core
 	@touch $@
 
 $(VENV)/.bench: $(VENV)/.core
@@ -26,7 +26,7 @@ $(VENV)/.bench: $(VENV)/.core
 	@touch $@
 
 $(VENV)/.demo: $(VENV)/.core
-	$(PIP) -e ".[dvc]"
+	$(PIP) -e ".[dvc,web]"
 	@touch $@
 
 demo: $(VENV)/.demo
@@ -53,4 +53,4 @@ schemas: $(VENV)/.core
 	$(PY) -m schemas.generate
 
 clean:
-	rm -rf $(VENV) receipts .pytest_cache
+	rm -rf $(VENV) receipts demo pipeline .pytest_cache
