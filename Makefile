@@ -22,7 +22,7 @@ $(VENV)/.dev: $(VENV)/.core
 	@touch $@
 
 $(VENV)/.bench: $(VENV)/.core
-	$(PIP) -e ".[bench]"
+	$(PIP) -e ".[bench,web]"
 	@touch $@
 
 $(VENV)/.demo: $(VENV)/.core

@@ -48,6 +48,7 @@ def register(cli: click.Group) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen(128)  # before saying where: a client may connect as soon as the line is printed
         except OSError as exc:
             raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port "
                            "(0 picks a free one)") from exc
