@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -372,6 +373,12 @@ def test_html_report_renders_in_headless_chromium(planted: Planted, tmp_path: Pa
         assert title in html
     timelines = html.split('id="goodput"', 1)[1].split("<h2", 1)[0]
     assert timelines.count("<svg") == 2 and "unavailable" not in timelines  # one timeline per side
+    # the two timelines share one time axis: the same tick labels
+    axes = [re.findall(r'text-anchor="middle">([^<]+)</text>', part) for part in timelines.split("<svg")[1:]]
+    assert axes[0] and axes[0] == axes[1]
+    for title in ("loss difference B - A at matched tokens", "time per phase", 'id="smoothing"', 'class="smooth"'):
+        assert title in html
+    assert "1e-09" not in html
 
     browser = _chromium()
     if browser is None:
