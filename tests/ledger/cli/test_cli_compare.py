@@ -76,13 +76,11 @@ LAUNCHER = textwrap.dedent('''
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This interpreter's venv first on PATH, no inherited ledger variables."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("LEDGER_RUN_DIR", None)
-    env.pop("LEDGER_DIR", None)
-    env.update(extra)
-    return env
+    """This interpreter's venv first on PATH, no inherited ledger variables, the tree under test first on
+    PYTHONPATH (as conftest's: otherwise the subprocesses run the venv's editable install)."""
+    from conftest import child_env as shared
+
+    return shared(**extra)
 
 
 def sets(overrides: list[str]) -> list[str]:

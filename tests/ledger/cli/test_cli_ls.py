@@ -19,6 +19,7 @@ def runs(ledger_cli, workload):
     return json.loads(ledger_cli("ls", "--json").stdout)
 
 
+@pytest.mark.slow
 def test_ls_fits_the_terminal_sorts_and_shows_units(runs, ledger_cli) -> None:
     for columns in (80, 100):
         out = ledger_cli("ls", env={"COLUMNS": str(columns)}).stdout

@@ -19,6 +19,8 @@ import pytest
 from chromium import Browser, find_chromium
 from conftest import BIN, child_env
 
+pytestmark = pytest.mark.slow  # real runs, a server and a browser: about 30 s for the module on a quiet machine
+
 EVIL = '<img src=x onerror="window.__pwned=1">'
 STEPS = {"alpha": 10, "beta": 20, EVIL: 30}
 """Run name -> steps; the final loss of a run of n steps is 4/n (the script below)."""
@@ -164,7 +166,6 @@ def test_user_text_is_escaped(site: dict[str, object]) -> None:
     assert EVIL not in html and "&lt;img src=x" in html
 
 
-@pytest.mark.slow
 def test_a_run_in_progress_updates_until_published(site: dict[str, object]) -> None:
     b, base, root, ledger = site["browser"], site["base"], site["root"], site["ledger"]
     assert isinstance(b, Browser) and isinstance(root, Path) and isinstance(ledger, Path)
