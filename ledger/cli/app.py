@@ -124,22 +124,37 @@ def record(
 
 @cli.command(name="ls")
 @click.option("--where", "where", metavar="EXPR", help="Filter, e.g. 'precision=bf16 and tag.sweep=lr'.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--sort", "sort", metavar="COL", help="Order by a column (id, name, started, time, steps, loss, tok/s, "
+              "...); default: oldest first.")
+@click.option("--desc", is_flag=True, help="With --sort: largest first.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Show only the first N rows (after sorting).")
+@click.option("--columns", metavar="A,B,...", help="Table columns, e.g. id,name,loss,tok/s (not for --json).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (every field, whatever --columns says).")
 @ledger_option
 @click.pass_context
-def ls_cmd(ctx: click.Context, where: str | None, as_json: bool, ledger_path: Path | None) -> None:
-    """List receipts, oldest first.
+def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, limit: int | None,
+           columns: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """List receipts, oldest first. Short ids (8 hex characters) are valid refs for show and compare.
 
     Example:
 
         ledger ls --where "status=failed and workload.model.num_experts>=8"
+        ledger ls --sort loss --limit 5 --columns id,name,loss,tok/s
     """
     from ledger.report import console as render
     from ledger.store import reading
 
     rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
+    if sort is not None:
+        rows = reading.sort_rows(rows, sort, desc)
+    elif desc:
+        rows.reverse()
+    if limit is not None:
+        rows = rows[:limit]
     if as_json:
         echo_json(rows)
+    elif columns is not None:
+        render.receipts_table(rows, [c.strip() for c in columns.split(",") if c.strip()])
     else:
         render.receipts_table(rows)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,13 +78,11 @@ LAUNCHER = textwrap.dedent('''
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This interpreter's venv first on PATH, no inherited ledger variables."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("LEDGER_RUN_DIR", None)
-    env.pop("LEDGER_DIR", None)
-    env.update(extra)
-    return env
+    """This interpreter's venv first on PATH, no inherited ledger variables, the tree under test first on
+    PYTHONPATH (as conftest's: otherwise the subprocesses run the venv's editable install)."""
+    from conftest import child_env as shared
+
+    return shared(**extra)
 
 
 def sets(overrides: list[str]) -> list[str]:
@@ -411,6 +410,12 @@ def test_html_report_renders_in_headless_chromium(planted: Planted, tmp_path: Pa
         assert title in html
     timelines = html.split('id="goodput"', 1)[1].split("<h2", 1)[0]
     assert timelines.count("<svg") == 2 and "unavailable" not in timelines  # one timeline per side
+    # the two timelines share one time axis: the same tick labels
+    axes = [re.findall(r'text-anchor="middle">([^<]+)</text>', part) for part in timelines.split("<svg")[1:]]
+    assert axes[0] and axes[0] == axes[1]
+    for title in ("loss difference B - A at matched tokens", "time per phase", 'id="smoothing"', 'class="smooth"'):
+        assert title in html
+    assert "1e-09" not in html
 
     browser = _chromium()
     if browser is None:
