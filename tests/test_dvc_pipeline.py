@@ -48,13 +48,16 @@ def first_repro(repo: Path) -> str:
 
 
 def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> None:
-    assert _ran(first_repro) == {"run@baseline", "run@bf16", "run@capacity", "run@bf16-capacity", "compare"}
+    assert _ran(first_repro) == {"run@baseline", "run@bf16", "run@capacity", "run@bf16-capacity", "run@baseline-s1",
+                                 "run@bf16-capacity-s1", "compare"}
     ids = {p.stem: p.read_text().strip() for p in (repo / "pipeline" / "runs").glob("*.id")}
-    assert len(ids) == 4 and all(re.fullmatch(r"[0-9a-f]{64}", i) for i in ids.values())
+    assert len(ids) == 6 and all(re.fullmatch(r"[0-9a-f]{64}", i) for i in ids.values())
     assert all((repo / "demo" / "receipts" / i / "receipt.json").is_file() for i in ids.values())
     assert not (repo / "receipts").exists()  # the demo's own ledger: the Quickstart's ./receipts starts empty
     report = json.loads((repo / "pipeline" / "compare.json").read_text())
     assert {c["factor"] for c in report["changed_factors"]} == {"precision", "router"}
+    # each compared run's replicate (another seed) joined its side: the verdict rests on 2 vs 2 runs
+    assert next(m for m in report["metrics"] if m["name"] == "tokens/s per device")["n"] == [2, 2]
     assert (repo / "pipeline" / "compare.md").read_text().strip()
     header = (repo / "pipeline" / "loss.csv").read_text().splitlines()[0]
     assert header == "run,tokens,loss"

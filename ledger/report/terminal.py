@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -28,7 +26,7 @@ VERDICT_STYLE = {
 
 def render(c: Comparison, console: Console | None = None) -> None:
     """Print the comparison."""
-    out = console or (Console() if sys.stdout.isatty() else Console(width=200))
+    out = console or Console()  # piped output follows $COLUMNS like a terminal
     out.print(Text("A ", style="bold") + Text(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
     out.print(Text("B ", style="bold") + Text(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
     if not c.comparable:
@@ -56,19 +54,22 @@ def render(c: Comparison, console: Console | None = None) -> None:
                 "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     family = None
+    reasons: dict[str, int] = {}  # a reason is a numbered note under the table: the verdict column stays narrow
     for row in c.metrics:
         if row.family != family:
             family = row.family
             table.add_row(Text(family, style="bold underline"), *[""] * 9)
         verdict = Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, ""))
         if row.reason:
-            verdict.append(f" ({row.reason})", style="dim")
+            verdict.append(f" [{reasons.setdefault(row.reason, len(reasons) + 1)}]", style="dim")
         name = Text(("* " if row.headline else "  ") + row.name)
         table.add_row(name, *(Text(x) for x in (
             fmt.value(row.a, row.unit) + fmt.within(row.ci_a, row.a), fmt.value(row.b, row.unit)
             + fmt.within(row.ci_b, row.b), fmt.delta(row.delta, row.unit), fmt.ratio(row.ratio), fmt.ci(row),
             fmt.p(row.p_value), fmt.runs(row), fmt.threshold(row))), verdict)
     out.print(table)
+    for reason, number in reasons.items():
+        out.print(Text(f"[{number}] {reason}", style="dim"))
     out.print("[dim]* headline metric. A verdict rests on the variance between runs (replicates, or the ledger's "
               "noise floor); one run per side is inconclusive. A change counts when significant and larger than "
               "the min change; +-x% is one run's own precision (within-run interval).[/dim]")
