@@ -56,7 +56,7 @@ LAUNCHER = textwrap.dedent('''
     import time
     from pathlib import Path
 
-    import torch  # noqa: F401
+    import torch
     import runners.moe.train  # noqa: F401
     from runners.moe.cli import main
 
@@ -70,8 +70,17 @@ LAUNCHER = textwrap.dedent('''
         while len(list(where.glob(f"{{kind}}-*"))) < int(os.environ["PLANT_N"]) and time.time() < deadline:
             time.sleep(0.01)
 
+    if PLANTED_S:  # the code change: every optimizer step sleeps PLANTED_S more (no config field changes)
+        step = torch.optim.AdamW.step
+
+        def slower(self, *args, **kwargs):
+            time.sleep(PLANTED_S)
+            return step(self, *args, **kwargs)
+
+        torch.optim.AdamW.step = slower
+
     barrier("ready")  # every run starts training at the same time...
-    status = main([*sys.argv[1:], "--set", f"delay_s={{FLOOR_S + PLANTED_S}}"])
+    status = main([*sys.argv[1:], "--set", f"delay_s={{FLOOR_S}}"])
     barrier("done")  # ...and no run publishes its receipt while another still trains
     sys.exit(status)
 ''')
