@@ -145,6 +145,11 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
              f"{len(timing.steps)} ProfilerStep(s)",
              f"receipts are immutable: this is a new receipt with {target[:12]}'s facts plus the trace's timing "
              f"(links.baseline and tag trace_of point at {target[:12]})"]
+    ep = timing.total("comm_ep_exposed") + timing.total("comm_ep_overlapped")
+    if ep:
+        notes.append(f"expert-parallel communication {ep * 1e3:.4g} ms: {timing.total('comm_ep_exposed') * 1e3:.4g} ms "
+                     f"exposed, {timing.total('comm_ep_overlapped') * 1e3:.4g} ms overlapped with computation")
+    notes.extend(timing.notes)
     return Imported(receipt, notes)
 
 
