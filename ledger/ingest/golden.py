@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.ingest.common import Evidence, Issues, WrongKind, check_file, describe, sha256_of, table
-from ledger.ingest.megatron_args import args_from_mapping, workload_from_args
+from ledger.ingest.megatron_args import YamlError, args_from_mapping, load_yaml, workload_from_args
 from schemas import Hardware, Stack, Workload
 
 COLUMNS = {"lm loss": ("loss", float), "iteration-time": ("step_time_s", float),
@@ -88,11 +88,9 @@ def read_values(path: Path, issues: Issues) -> dict[str, dict[int, float]]:
 
 def read_config(path: Path, issues: Issues) -> tuple[Workload, dict[str, str]]:
     """Workload and environment of a model_config.yaml."""
-    from ledger.ingest.yamlite import YamlError, load
-
     check_file(path)
     try:
-        data = load(path.read_text(errors="replace"))
+        data = load_yaml(path.read_text(errors="replace"), str(path))
     except YamlError as exc:
         raise WrongKind(f"{path}: expected a Megatron-LM model_config.yaml, found YAML it cannot read ({exc})") \
             from exc

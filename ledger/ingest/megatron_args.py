@@ -18,6 +18,7 @@ dumps and fragments only say what they print.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import shlex
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
+from ledger.errors import BadInput
 from schemas import (
     Architecture,
     Batch,
@@ -187,9 +189,7 @@ def args_from_text(text: str) -> dict[str, Any]:
     if dump:
         return dump
     if re.search(r"^\s*MODEL_ARGS\s*:", text, re.M):
-        from ledger.ingest.yamlite import load
-
-        data = load(text)
+        data = load_yaml(text)
         model_args = data.get("MODEL_ARGS") or {}
         return args_from_mapping(model_args if isinstance(model_args, dict) else {})
     joined = re.sub(r"\\\r?\n", " ", text)
@@ -201,6 +201,46 @@ def args_from_text(text: str) -> dict[str, Any]:
             tokens.extend(line.split())
     args, _ = args_from_command(tokens)
     return args
+
+
+class YamlError(BadInput):
+    """A YAML file that does not parse; the message names the line and column."""
+
+
+@functools.cache
+def _text_loader() -> Any:
+    """PyYAML's safe loader (the C one when built) that resolves only booleans, nulls and merge keys: numbers and
+    dates stay text, as launch flags are (``1e-2`` and ``.01`` alike; ``parse_value`` reads them later)."""
+    import yaml
+
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    keep = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:merge"}
+    loader: Any = type("TextLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag in keep]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    return loader
+
+
+def load_yaml(text: str, source: str = "the YAML") -> dict[str, Any]:
+    """A YAML mapping (Megatron-LM CI ``model_config.yaml``): PyYAML's safe loader, anchors and merge keys
+    resolved, multi-line plain scalars joined; scalars other than true/false/null stay text. Raises
+    :class:`YamlError` naming the line for text that is not YAML, or a document that is not a mapping."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_text_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise YamlError(f"{source}: {where}{problem}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise YamlError(f"{source}: the document is a {type(data).__name__}, not a mapping of keys to values")
+    return data
 
 
 def args_from_mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -380,6 +420,7 @@ def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "ARG_LINE", "args_from_command", "args_from_dump_lines", "args_from_flags", "args_from_mapping",
-    "args_from_text", "is_megatron_command", "merge_args", "parse_value", "split_command", "workload_from_args",
+    "ARG_LINE", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags", "args_from_mapping",
+    "args_from_text", "is_megatron_command", "load_yaml", "merge_args", "parse_value", "split_command",
+    "workload_from_args",
 ]

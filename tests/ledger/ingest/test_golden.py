@@ -10,7 +10,8 @@ import pytest
 
 from ledger.errors import BadInput
 from ledger.ingest import golden
-from ledger.ingest.yamlite import YamlError, load
+from ledger.ingest.common import Issues
+from ledger.ingest.megatron_args import YamlError, args_from_text, load_yaml
 
 CONFIG = "8experts2parallel_dist_optimizer__model_config.yaml"
 # file -> (steps, last lm loss, iteration-time at step 100, gpu)
@@ -72,7 +73,35 @@ def test_wrong_kinds(golden_dir: Path, tmp_path: Path) -> None:
         golden.evidence(golden_dir / next(iter(EXPECTED)), golden_dir / next(iter(EXPECTED)))
 
 
-def test_yaml_subset_rejects_what_it_cannot_read() -> None:
-    assert load("A:\n  b: 1 # c\n  d: 'x # y'\nE: [1, 2]\n") == {"A": {"b": "1", "d": "x # y"}, "E": ["1", "2"]}
+CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "megatron_configs"
+
+
+def test_yaml_is_read_by_pyyaml_with_scalars_as_text() -> None:
+    # a key with an empty value and its plain scalar on the next, deeper line; comments; quoted '#'; flow lists
+    text = "A:\n  b: 1 # c\n  d: 'x # y'\n  e:\n    true\n  f: 1e-2\n  g: .01\nE: [1, 2]\n"
+    assert load_yaml(text) == {"A": {"b": "1", "d": "x # y", "e": True, "f": "1e-2", "g": ".01"}, "E": ["1", "2"]}
     with pytest.raises(YamlError, match="line 2"):
-        load("A: 1\n   B: 2\n")
+        load_yaml("A: 1\n   B: 2\n")
+    with pytest.raises(YamlError, match="not a mapping"):
+        load_yaml("- 1\n- 2\n")
+
+
+def test_megatron_ci_config_with_a_multi_line_plain_scalar() -> None:
+    path = CONFIGS / "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release__model_config.yaml"
+    lines = path.read_text().splitlines()
+    assert lines[131:133] == ["  --auto-detect-ckpt-format:", "    true"]  # line 133: the old reader refused it
+    workload, env = golden.read_config(path, Issues(path.name))
+    p = workload.parallelism
+    assert (p.tp, p.pp, p.ep, p.etp, p.cp) == (2, 4, 16, 1, 1)
+    assert (workload.model.num_experts, workload.model.top_k, workload.kernels.dispatcher) == (64, 8, "flex:hybridep")
+    assert (workload.batch.global_batch, workload.data.sequence_length, workload.optimizer.lr) == (512, 4096, 1e-5)
+    assert env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "8"
+    assert args_from_text(path.read_text())["auto_detect_ckpt_format"] is True
+
+
+def test_megatron_ci_config_with_anchors_and_merge_keys() -> None:
+    path = CONFIGS / "gpt3_mcore_reruns_resume_check_grads__model_config.yaml"
+    data = load_yaml(path.read_text())
+    assert data["MODEL_ARGS"]["--rotary-base"] == "500"  # from BASE_MODEL_ARGS through "<<: *BASE_MODEL_ARGS"
+    workload, _ = golden.read_config(path, Issues(path.name))
+    assert (workload.model.layers, workload.optimizer.lr, workload.batch.global_batch) == (32, 3e-4, 2)
