@@ -256,6 +256,59 @@ def args_from_mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------------ Megatron-DeepSpeed
+DEEPSPEED_MOE_KEYS = frozenset({"moe_expert_parallel_size", "ep_size", "ep_world_size", "mlp_type", "expert_interval",
+                                "moe_min_capacity", "moe_train_capacity_factor", "moe_loss_coeff", "topk",
+                                "moe_top_k", "moe_token_dropping", "disable_moe_token_dropping"})
+"""Argument names of DeepSpeed-MoE (Megatron-DeepSpeed, DeepSpeedExamples) that Megatron-LM does not have."""
+
+
+def deepspeed_moe(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron-DeepSpeed's MoE arguments rewritten as the Megatron-LM names :func:`workload_from_args` reads
+    (a name Megatron-LM itself gives wins). The readings, from Megatron-DeepSpeed's ``arguments.py`` and
+    ``megatron/model/transformer.py``:
+
+    - ``moe_expert_parallel_size`` (also ``ep_size``, ``ep_world_size`` of DeepSpeed examples) -> expert parallelism;
+    - ``num_experts`` is a list, one count per MoE layer (``[1]``: dense; a pyramid ``[64, ..., 128]`` records the
+      largest); ``topk`` / ``moe_top_k`` -> top-k; ``moe_loss_coeff`` -> the aux-loss weight;
+    - every routed expert is a copy of the dense MLP: expert width = ``ffn_hidden_size``; ``mlp_type residual``
+      (Residual-MoE) adds one always-on dense MLP, recorded as one shared expert of that width;
+    - MoE layers are the ``expert_interval``-th, ``2 x expert_interval``-th... (layers // interval of them);
+    - ``moe_train_capacity_factor`` is a capacity only while tokens are dropped (``moe_token_dropping``, the
+      default; ``disable_moe_token_dropping`` turns it off); ``moe_min_capacity`` has no receipt field and stays
+      with the other launch arguments.
+    """
+    if not DEEPSPEED_MOE_KEYS & set(args):
+        return dict(args)
+    out = dict(args)
+
+    def put(name: str, value: Any) -> None:
+        if value is not None and out.get(name) is None:
+            out[name] = value
+
+    put("expert_model_parallel_size", next((args[k] for k in ("moe_expert_parallel_size", "ep_size", "ep_world_size")
+                                            if args.get(k) is not None), None))
+    put("moe_router_topk", next((args[k] for k in ("topk", "moe_top_k") if args.get(k) is not None), None))
+    put("moe_aux_loss_coeff", args.get("moe_loss_coeff"))
+    counts = args.get("num_experts")
+    values = [_int(c) for c in counts] if isinstance(counts, list) else [_int(counts)]
+    experts = max((v for v in values if v is not None), default=None)
+    if experts is not None and experts <= 1:
+        out["num_experts"] = None  # DeepSpeed's [1]: a dense model
+        return out
+    out["num_experts"] = experts
+    if experts is None:
+        return out
+    out["_deepspeed_moe"] = True
+    put("moe_ffn_hidden_size", args.get("ffn_hidden_size"))
+    if args.get("mlp_type") == "residual":
+        put("_shared_experts", 1)
+        put("moe_shared_expert_intermediate_size", args.get("ffn_hidden_size"))
+    if args.get("moe_token_dropping") is not False and args.get("disable_moe_token_dropping") is not True:
+        put("moe_expert_capacity_factor", args.get("moe_train_capacity_factor"))
+    return out
+
+
 # ---------------------------------------------------------------------------------------- workload
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
@@ -305,16 +358,19 @@ def _dtype(v: Any) -> str | None:
 
 
 def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workload:
-    """The workload Megatron arguments describe (see the module docstring for ``complete``)."""
+    """The workload Megatron arguments describe (see the module docstring for ``complete``); Megatron-DeepSpeed's
+    MoE arguments are read too (:func:`deepspeed_moe`)."""
+    args = deepspeed_moe(args)
     g = args.get
+    deepspeed = g("_deepspeed_moe") is True
     num_experts = _int(g("num_experts"))
     layers = _int(g("num_layers"))
     ffn = _int(g("ffn_hidden_size"))
     expert_hidden = _int(g("moe_ffn_hidden_size"))
-    freq = _int(g("moe_layer_freq"))
+    freq = _int(g("expert_interval") if deepspeed else g("moe_layer_freq"))
     moe_layers = None
     if num_experts and layers and freq:
-        moe_layers = sum(1 for i in range(layers) if i % freq == 0)
+        moe_layers = layers // freq if deepspeed else sum(1 for i in range(layers) if i % freq == 0)
     model = Architecture(
         layers=layers,
         hidden=_int(g("hidden_size")),
@@ -324,6 +380,7 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
         top_k=_int(g("moe_router_topk")),
         expert_hidden=expert_hidden,
         granularity=(ffn / expert_hidden) if ffn and expert_hidden else None,
+        shared_experts=_int(g("_shared_experts")),
         shared_expert_hidden=_int(g("moe_shared_expert_intermediate_size")),
         moe_layer_freq=freq if num_experts else None,
         moe_layers=moe_layers,
@@ -357,6 +414,8 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
     if dp is None and world and complete:
         denominator = (tp or 1) * (pp or 1) * (cp or 1)
         dp = world // denominator if world % denominator == 0 else None
+    if world is None and dp and tp and pp:  # an argument dump states all three: world = tp x pp x cp x dp
+        world = dp * tp * pp * (cp or 1)
     parallelism = Parallelism(tp=tp, pp=pp, cp=cp, ep=_int(g("expert_model_parallel_size")),
                               etp=_int(g("expert_tensor_parallel_size")), dp=dp, world_size=world)
     precision = _precision(args, complete)
@@ -420,7 +479,7 @@ def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "ARG_LINE", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags", "args_from_mapping",
-    "args_from_text", "is_megatron_command", "load_yaml", "merge_args", "parse_value", "split_command",
-    "workload_from_args",
+    "ARG_LINE", "DEEPSPEED_MOE_KEYS", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags",
+    "args_from_mapping", "args_from_text", "deepspeed_moe", "is_megatron_command", "load_yaml", "merge_args",
+    "parse_value", "split_command", "workload_from_args",
 ]
