@@ -7,7 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from ledger.cli.app import cli
 from ledger.errors import BadInput
 from ledger.ingest import golden
 from ledger.ingest.common import Issues
@@ -105,3 +107,47 @@ def test_megatron_ci_config_with_anchors_and_merge_keys() -> None:
     assert data["MODEL_ARGS"]["--rotary-base"] == "500"  # from BASE_MODEL_ARGS through "<<: *BASE_MODEL_ARGS"
     workload, _ = golden.read_config(path, Issues(path.name))
     assert (workload.model.layers, workload.optimizer.lr, workload.batch.global_batch) == (32, 3e-4, 2)
+
+
+def test_tokens_per_step_from_the_config(golden_dir: Path) -> None:
+    name = "8experts2parallel_dist_optimizer__golden_values_dev_dgx_h100.json"
+    ev = golden.evidence(golden_dir / name, golden_dir / CONFIG)
+    raw = json.loads((golden_dir / name).read_text())["iteration-time"]["values"]
+    rows = ev.tables["steps"].to_pylist()
+    per_step = 1024 * 32  # --seq-length 1024 x --global-batch-size 32 in the model_config.yaml
+    assert [r["tokens"] for r in rows] == [r["step"] * per_step for r in rows]
+    assert {r["global_batch"] for r in rows} == {32}
+    timed = [r for r in rows if str(r["step"]) in raw]
+    assert len(timed) == 99 and rows[0]["tokens_per_s"] is None  # step 1 has no iteration-time
+    assert all(r["tokens_per_s"] == pytest.approx(per_step / raw[str(r["step"])]) for r in timed)
+    w = ev.workload
+    assert w is not None and (w.parallelism.tp, w.parallelism.ep, w.batch.tokens_per_step) == (2, 2, per_step)
+    assert ev.issues is not None and any("number of GPUs" in n for n in ev.issues.notes)
+
+
+def test_no_tokens_without_config_or_with_a_batch_ramp_up(golden_dir: Path, tmp_path: Path) -> None:
+    name = "8experts2parallel_dist_optimizer__golden_values_dev_dgx_h100.json"
+    ev = golden.evidence(golden_dir / name)
+    assert set(ev.tables["steps"].column("tokens").to_pylist()) == {None}
+    ramp = tmp_path / "model_config.yaml"
+    ramp.write_text((golden_dir / CONFIG).read_text().replace("MODEL_ARGS:\n",
+                                                               "MODEL_ARGS:\n  --rampup-batch-size: 16 16 100\n"))
+    ev = golden.evidence(golden_dir / name, ramp)
+    assert set(ev.tables["steps"].column("tokens").to_pylist()) == {None}
+    assert ev.issues is not None and any("ramps the batch size up" in n for n in ev.issues.notes)
+
+
+def test_two_golden_receipts_have_a_headline_throughput(golden_dir: Path, tmp_path: Path) -> None:
+    ids = []
+    for platform in ("h100", "gb200"):
+        values = golden_dir / f"8experts2parallel_dist_optimizer__golden_values_dev_dgx_{platform}.json"
+        result = CliRunner().invoke(cli, ["--ledger", str(tmp_path / "receipts"), "ingest", "golden", str(values),
+                                          "--config", str(golden_dir / CONFIG), "--name", platform])
+        assert result.exit_code == 0, result.output
+        ids.append(result.stdout.strip().splitlines()[-1])
+    result = CliRunner().invoke(cli, ["--ledger", str(tmp_path / "receipts"), "compare", *ids, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {m["name"]: m for m in json.loads(result.stdout)["metrics"]}
+    tput = rows["tokens/s per device"]
+    assert tput["verdict"] != "unavailable" and tput["a"] > 0 and tput["b"] > 0
+    assert rows["loss @ matched tokens"]["verdict"] != "unavailable"
