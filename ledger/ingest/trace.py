@@ -34,8 +34,10 @@ as Holistic Trace Analysis does. Timing rows, in seconds:
 3. the CPU op that launched it: a kernel of no other class launched inside ``record_param_comms``,
    ``nccl:*``, ``c10d::*``, or (when its name says dispatch/combine/notify) inside an EP library's op such as
    Megatron's ``FusedDispatch``/``FusedCombine`` or HybridEP's;
-4. the stream it runs on: a kernel whose name says dispatch/combine/notify/all-to-all, running on a communication
-   stream (one where kernels recognised by 1-3 hold at least half the kernel time).
+4. the GPU-side annotation around it (``gpu_user_annotation`` events such as ``nccl:all_to_all`` on the kernel's
+   own stream), read like the CPU op;
+5. the stream it runs on: a kernel whose name says dispatch/combine/notify/all-to-all, running on a communication
+   stream (one where kernels recognised by 1-4 hold at least half the kernel time).
 
 Kernels that no signal recognises stay ``other``; :attr:`TraceTiming.unclassified` lists them with the time they
 hold, and the profiler_trace event records how many kernels each signal classified.
@@ -92,7 +94,7 @@ _COMM_OPS = re.compile(r"^(?:record_param_comms$|nccl:|c10d::|gloo:)")
 """CPU ops that launch nothing but communication (and its staging)."""
 _EP_OPS = re.compile(r"Fused(?:Dispatch|Combine)|HybridEP|deep_?ep|uccl|pplx|dispatch|combine", re.I)
 """CPU ops of an EP library's dispatch/combine (Megatron's FusedDispatch/FusedCombine, HybridEP...)."""
-SIGNALS = ("name", "args", "cpu_op", "stream")
+SIGNALS = ("name", "args", "cpu_op", "annotation", "stream")
 _EP_COLLECTIVES = frozenset({"all_to_all", "dispatch", "combine", "notify", "layout"})
 _GROUPED = re.compile(r"group(ed)?_?gemm|gemm_?group|grouped_?mm|moe_?gemm|multi_?gemm", re.I)
 _ATTENTION = re.compile(r"flash|fmha|attn|attention|sdpa|scaled_dot_product|mha_", re.I)
@@ -450,6 +452,7 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
     gpu: list[_Gpu] = []
     comm_ops: dict[int, list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
     ops: dict[int, list[tuple[float, float, str]]] = defaultdict(list)  # tid -> communication CPU ops
+    ranges: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)  # (device, stream) -> GPU
     names: dict[tuple[str, str], str] = {}
     durations: dict[int, float] = {}
     count = 0
@@ -488,6 +491,11 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
                             durations[steps[-1][2]] = float(dur)
                         except ValueError:
                             issues.note(f"a ProfilerStep annotation named {name!r}: not a step number")
+                elif cat == "gpu_user_annotation":
+                    if _COMM_OPS.match(name) or _EP_OPS.search(name):
+                        stream = (e.get("args") or {}).get("stream", e.get("tid"))
+                        key2 = (int(e.get("pid") or 0), stream if isinstance(stream, int) else 0)
+                        ranges[key2].append((float(ts), float(ts) + float(dur), name))
                 elif "gpu" not in cat:
                     if name == "record_param_comms":
                         meta = _meta(e.get("args") or {})
@@ -503,7 +511,7 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
     if not steps:
         raise TraceError(f"{path}: the trace has no ProfilerStep: record it with torch.profiler.profile(schedule=...) "
                          "and call prof.step() each iteration, so timing can be split per step")
-    _classify_all(gpu, runtime, ops)
+    _classify_all(gpu, runtime, ops, ranges)
     return _per_step(header, steps, durations, runtime, launches, gpu, comm_ops, count, issues)
 
 
@@ -520,11 +528,13 @@ def _innermost(intervals: list[tuple[float, float, Any]], starts: list[float], t
 
 
 def _classify_all(gpu: list[_Gpu], runtime: dict[Any, tuple[float, int]],
-                  ops: dict[int, list[tuple[float, float, str]]]) -> None:
-    """Signals 2-4 of :func:`classify` for the kernels the name alone did not place."""
-    for tid_ops in ops.values():
-        tid_ops.sort(key=lambda o: o[0])
+                  ops: dict[int, list[tuple[float, float, str]]],
+                  ranges: dict[tuple[int, int], list[tuple[float, float, str]]] | None = None) -> None:
+    """Signals 2-5 of :func:`classify` for the kernels the name alone did not place."""
+    for intervals in (*ops.values(), *(ranges or {}).values()):
+        intervals.sort(key=lambda o: o[0])
     starts = {tid: [o[0] for o in tid_ops] for tid, tid_ops in ops.items()}
+    range_starts = {key: [o[0] for o in r] for key, r in (ranges or {}).items()}
     for g in gpu:
         if g.klass == "communication":
             g.signal = "name"
@@ -536,6 +546,12 @@ def _classify_all(gpu: list[_Gpu], runtime: dict[Any, tuple[float, int]],
         if launch is not None and launch[1] in ops:
             op = _innermost(ops[launch[1]], starts[launch[1]], launch[0])
         g.klass, g.signal = classify(g.name, g.cat, g.meta, op)
+        key = (g.device, g.stream)
+        if g.klass == "other" and ranges and key in ranges:  # a GPU-side annotation of a collective
+            annotation = _innermost(ranges[key], range_starts[key], g.ts)
+            if annotation is not None:
+                g.klass, signal = classify(g.name, g.cat, g.meta, annotation)
+                g.signal = "annotation" if signal == "cpu_op" else signal
     time: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])  # stream -> [comm, all] us
     for g in gpu:
         if g.klass != "memcpy":

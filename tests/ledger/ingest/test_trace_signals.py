@@ -146,3 +146,16 @@ def test_a_second_signal_never_overrides_a_known_class_or_lacks_its_word() -> No
     assert trace.classify(gemm, "kernel", None, "record_param_comms") == ("grouped_gemm", None)
     assert trace.classify(topk, "kernel", None, None, comm_stream=True) == ("moe_permute", None)
     assert trace.classify("cub::DeviceReduceKernel<cub::DispatchReduce<int>>", "kernel") == ("other", None)
+
+
+def test_a_gpu_side_annotation_of_a_collective_is_a_signal(tmp_path: Path) -> None:
+    events = [
+        _x("user_annotation", "ProfilerStep#3", 0, 1000),
+        _x("gpu_user_annotation", "nccl:all_to_all", 100, 80, pid=0, tid=30),
+        *_kernel("void at::native::elementwise_copy(float*)", 110, 50, 30, 1, 10),  # inside it, same stream
+        *_kernel("void at::native::elementwise_copy(float*)", 300, 50, 31, 2, 20),  # another stream: not
+    ]
+    t = trace.analyse(_write(tmp_path, events))
+    assert t.signals == {"annotation": 1}
+    assert t.steps[0].seconds["communication"] == pytest.approx(50e-6)
+    assert t.steps[0].seconds["other"] == pytest.approx(50e-6)
