@@ -322,6 +322,45 @@ def _int(v: Any) -> int | None:
     return None
 
 
+def layer_pattern(v: Any) -> list[int] | None:
+    """Megatron-LM's ``--moe-layer-freq`` given as a per-layer pattern, 1 for an MoE layer: a list
+    (``[0, 1, 1]``) or the Python expression its argparse type evaluates (``([0]*3+[1]*11)``): lists of 0/1
+    joined by ``+`` and repeated by ``*``. Read with :mod:`ast`, never evaluated; None for anything else."""
+    if isinstance(v, list):
+        return [int(x) for x in v] if all(isinstance(x, int) and x in (0, 1) for x in v) else None
+    if not isinstance(v, str) or len(v) > 1000:
+        return None
+    try:
+        tree = ast.parse(v.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> list[int] | int:
+        if isinstance(node, ast.List | ast.Tuple):
+            items = [value(e) for e in node.elts]
+            flags = [x for x in items if isinstance(x, int) and x in (0, 1)]
+            if len(flags) != len(items):
+                raise ValueError("a layer pattern holds 0 and 1")
+            return flags
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and right < 10_000:
+                return left * right
+            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list) and left < 10_000:
+                return right * left
+        raise ValueError("not a layer pattern")
+
+    try:
+        result = value(tree)
+    except ValueError:
+        return None
+    return result if isinstance(result, list) else None
+
+
 def _float(v: Any) -> float | None:
     if isinstance(v, bool):
         return None
@@ -371,6 +410,10 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
     moe_layers = None
     if num_experts and layers and freq:
         moe_layers = layers // freq if deepspeed else sum(1 for i in range(layers) if i % freq == 0)
+    elif num_experts and not deepspeed and freq is None:
+        pattern = layer_pattern(g("moe_layer_freq"))
+        if pattern is not None and (layers is None or len(pattern) == layers):
+            moe_layers = sum(pattern)
     model = Architecture(
         layers=layers,
         hidden=_int(g("hidden_size")),
@@ -480,6 +523,6 @@ def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "ARG_LINE", "DEEPSPEED_MOE_KEYS", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags",
-    "args_from_mapping", "args_from_text", "deepspeed_moe", "is_megatron_command", "load_yaml", "merge_args",
-    "parse_value", "split_command", "workload_from_args",
+    "args_from_mapping", "args_from_text", "deepspeed_moe", "is_megatron_command", "layer_pattern", "load_yaml",
+    "merge_args", "parse_value", "split_command", "workload_from_args",
 ]

@@ -13,7 +13,7 @@ from ledger.cli.app import cli
 from ledger.errors import BadInput
 from ledger.ingest import golden
 from ledger.ingest.common import Issues
-from ledger.ingest.megatron_args import YamlError, args_from_text, load_yaml
+from ledger.ingest.megatron_args import YamlError, args_from_text, layer_pattern, load_yaml
 
 CONFIG = "8experts2parallel_dist_optimizer__model_config.yaml"
 # file -> (steps, last lm loss, iteration-time at step 100, gpu)
@@ -98,6 +98,8 @@ def test_megatron_ci_config_with_a_multi_line_plain_scalar() -> None:
     assert (workload.model.num_experts, workload.model.top_k, workload.kernels.dispatcher) == (64, 8, "flex:hybridep")
     assert (workload.batch.global_batch, workload.data.sequence_length, workload.optimizer.lr) == (512, 4096, 1e-5)
     assert env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "8"
+    # --moe-layer-freq: ([0]*3+[1]*11) with --num-layers: 14: three dense layers, then eleven MoE layers
+    assert (workload.model.layers, workload.model.moe_layers, workload.model.moe_layer_freq) == (14, 11, None)
     assert args_from_text(path.read_text())["auto_detect_ckpt_format"] is True
 
 
@@ -151,3 +153,10 @@ def test_two_golden_receipts_have_a_headline_throughput(golden_dir: Path, tmp_pa
     tput = rows["tokens/s per device"]
     assert tput["verdict"] != "unavailable" and tput["a"] > 0 and tput["b"] > 0
     assert rows["loss @ matched tokens"]["verdict"] != "unavailable"
+
+
+def test_layer_patterns_are_read_never_evaluated() -> None:
+    assert layer_pattern("([0]*3+[1]*2)") == [0, 0, 0, 1, 1] and layer_pattern("[1,0,1]") == [1, 0, 1]
+    assert layer_pattern(2 * "[1]*3+") is None  # not an expression
+    for text in ('__import__("os").getpid()', "([0]*3+[2]*2)", "[1]*10**9", "[1]*99999"):
+        assert layer_pattern(text) is None
