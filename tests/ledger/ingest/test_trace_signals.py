@@ -159,3 +159,25 @@ def test_a_gpu_side_annotation_of_a_collective_is_a_signal(tmp_path: Path) -> No
     assert t.signals == {"annotation": 1}
     assert t.steps[0].seconds["communication"] == pytest.approx(50e-6)
     assert t.steps[0].seconds["other"] == pytest.approx(50e-6)
+
+
+@pytest.mark.slow
+def test_gpu_idle_of_a_real_trace_against_a_brute_force_grid(traces_dir: Path) -> None:
+    """HTA's test trace (V100, 6 steps) where the GPU lags the CPU: the CPU-window reading summed 209.6 ms of idle.
+    Brute force: a 0.1 us grid over [first kernel of the steps, last end], busy wherever any GPU event runs."""
+    path = traces_dir / "hta__trace_diff_test_test.json.gz"
+    t = trace.analyse(path)
+    events = json.load(gzip.open(path))["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in events
+              if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    mine = [e for e in gpu if any(a <= launch.get(e["args"].get("correlation"), -1) <= b for a, b in steps)]
+    lo, hi = min(e["ts"] for e in mine), max(e["ts"] + e["dur"] for e in mine)
+    busy = np.zeros(int((hi - lo) * 10) + 1, bool)
+    for e in gpu:
+        busy[max(int(round((e["ts"] - lo) * 10)), 0):max(int(round((e["ts"] + e["dur"] - lo) * 10)), 0)] = True
+    idle_us = (~busy[: int(round((hi - lo) * 10))]).sum() / 10
+    assert t.total("gpu_idle") * 1e6 == pytest.approx(idle_us, abs=0.1 * len(gpu))
+    assert t.total("gpu_idle") < 0.03  # about 27 ms, not the 210 ms the CPU windows gave
