@@ -115,7 +115,8 @@ class Drivers(Model):
     gpu_driver: str | None = F(Factor.DRIVERS)
     """NVIDIA kernel driver version (NVML)."""
     cuda_driver: str | None = F(Factor.DRIVERS)
-    """Highest CUDA version the driver supports (NVML), e.g. 12.8."""
+    """CUDA driver: the highest CUDA version the driver supports (NVML, e.g. 12.8), or, where the evidence gives it
+    (an MLPerf system description's cuda_driver_version), the user-mode CUDA driver's version, e.g. 550.54.15."""
     cuda_runtime: str | None = F(Factor.DRIVERS)
     """CUDA runtime torch was built with (torch.version.cuda, from inside the process)."""
     nccl: str | None = F(Factor.DRIVERS)

@@ -20,6 +20,7 @@ from ledger.ingest.common import (
     Issues,
     WrongKind,
     check_file,
+    conform,
     describe,
     publish_evidence,
     sha256_of,
@@ -29,6 +30,9 @@ from ledger.ingest.megatron_args import args_from_text, merge_args, workload_fro
 from ledger.store.receipts import Ledger
 from schemas import Links, Receipt, Stack
 from schemas.tables import TABLES
+
+ENDED_EARLY = "ended_early"
+"""summary.outcome of an imported log that stops before the end its own arguments give."""
 
 
 @dataclass
@@ -65,8 +69,12 @@ def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path |
     if "train_iters" not in args and log.total_iters:
         args["train_iters"] = log.total_iters
     workload = workload_from_args(args, complete=False) if args else None
+    early = log.stopped_early(args)
+    if early:
+        log.issues.note(early)
     ev = Evidence(kind="megatron-log", path=path, sha256=sha256_of(path), tables=tables, workload=workload,
-                  issues=log.issues, lines=log.lines, started_at=log.first_time, ended_at=log.last_time, log=path)
+                  issues=log.issues, lines=log.lines, started_at=log.first_time, ended_at=log.last_time, log=path,
+                  outcome=ENDED_EARLY if early else None)
     return ev, log
 
 
@@ -79,6 +87,8 @@ def ingest_megatron(ledger: Ledger, path: Path, args_from: Path | None = None, n
              f"value(s) from {log.lines} line(s)"]
     if ev.unparsed:
         notes.append(f"{ev.unparsed} line(s) did not parse (listed in the receipt's problems)")
+    if ev.outcome == ENDED_EARLY:
+        notes.append(f"outcome {ENDED_EARLY}: the log stops at iteration {log.last_step}, before train_iters")
     return Imported(receipt, notes)
 
 
@@ -123,7 +133,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     tables: dict[str, pa.Table] = {}
     for table_name in TABLES:
         file = directory / f"{table_name}.parquet"
-        tables[table_name] = pq.read_table(file) if file.exists() else TABLES[table_name].empty_table()
+        tables[table_name] = conform(pq.read_table(file), TABLES[table_name]) if file.exists() \
+            else TABLES[table_name].empty_table()
     added = timing.tables()
     for table_name, extra in added.items():
         tables[table_name] = pa.concat_tables([tables[table_name].cast(TABLES[table_name]), extra])
@@ -145,6 +156,11 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
              f"{len(timing.steps)} ProfilerStep(s)",
              f"receipts are immutable: this is a new receipt with {target[:12]}'s facts plus the trace's timing "
              f"(links.baseline and tag trace_of point at {target[:12]})"]
+    ep = timing.total("comm_ep_exposed") + timing.total("comm_ep_overlapped")
+    if ep:
+        notes.append(f"expert-parallel communication {ep * 1e3:.4g} ms: {timing.total('comm_ep_exposed') * 1e3:.4g} ms "
+                     f"exposed, {timing.total('comm_ep_overlapped') * 1e3:.4g} ms overlapped with computation")
+    notes.extend(timing.notes)
     return Imported(receipt, notes)
 
 
