@@ -1,0 +1,59 @@
+"""Generic step lines: ``key=value``, ``key: value`` or ``key value`` pairs, e.g.::
+
+    step 10 loss 2.345 lr 0.001
+    step=10 loss=2.345 lr=1e-3 grad_norm=0.9
+    Step 1: loss=10.2313
+
+A line is a step only when it names the step (``step``, ``iter``, ``iteration``, ``global_step``,
+``update``) with a whole number *and* gives at least one number under a training metric's name (a name
+containing ``loss``, or ``lr`` / ``learning_rate`` / ``grad_norm`` / ``ppl`` / ``perplexity``). So
+``saving checkpoint at step 1000``, ``Epoch 5/5`` or a progress bar are never steps. A line that gives the
+same name twice with different values (``train loss 1.2, val loss 1.4``) is ambiguous: counted as unparsed,
+never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ledger.ingest.formats.base import BAD, Parsed, number, put
+
+NAME = "key-value"
+_PAIR = re.compile(
+    r"(?<![\w./-])([A-Za-z][\w./-]*)\s*(?:=|:)?\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.])"
+)
+_STEP_KEYS = frozenset({"step", "iter", "iteration", "global_step", "update", "it"})
+_METRIC_NAMES = frozenset({"lr", "learning_rate", "grad_norm", "ppl", "perplexity"})
+
+
+def parse_line(line: str) -> Parsed | None:
+    """One generic step line, or None."""
+    pairs = _PAIR.findall(line)
+    if len(pairs) < 2:
+        return None
+    step: int | None = None
+    metrics: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    training = False
+    for key, raw in pairs:
+        low = key.lower()
+        if low in _STEP_KEYS and step is None:
+            if not raw.replace(",", "").isdigit():
+                return None
+            step = int(raw.replace(",", ""))
+            continue
+        value = number(raw)
+        if value is None:
+            continue
+        if low in seen and seen[low] != value and not (value != value and seen[low] != seen[low]):
+            return BAD if training or "loss" in low else None
+        seen[low] = value
+        if "loss" in low or low in _METRIC_NAMES:
+            training = True
+        put(metrics, key, value)
+    if step is None or not training:
+        return None
+    return Parsed(step=step, metrics=metrics)
+
+
+__all__ = ["NAME", "parse_line"]
