@@ -9,7 +9,9 @@ A line is a step only when it names the step (``step``, ``iter``, ``iteration``,
 containing ``loss``, or ``lr`` / ``learning_rate`` / ``grad_norm`` / ``ppl`` / ``perplexity``). So
 ``saving checkpoint at step 1000``, ``Epoch 5/5`` or a progress bar are never steps. A line that gives the
 same name twice with different values (``train loss 1.2, val loss 1.4``) is ambiguous: counted as unparsed,
-never guessed.
+never guessed. When the step is written ``step: N`` or ``step=N``, only pairs written with ``:`` or ``=``
+count (so a date later in the line, ``Tue Sep 17``, is not a metric); ``step N`` accepts ``name value`` pairs.
+Each name takes the first number after it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ledger.ingest.formats.base import BAD, Parsed, number, put
 
 NAME = "key-value"
 _PAIR = re.compile(
-    r"(?<![\w./-])([A-Za-z][\w./-]*)\s*(?:=|:)?\s*([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.])"
+    r"(?:^|(?<=[\s|,;\[(]))([A-Za-z][\w./-]*)(\s*[=:]\s*|\s+)([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.]|:\d)"
 )
 _STEP_KEYS = frozenset({"step", "iter", "iteration", "global_step", "update", "it"})
 _METRIC_NAMES = frozenset({"lr", "learning_rate", "grad_norm", "ppl", "perplexity"})
@@ -35,13 +37,17 @@ def parse_line(line: str) -> Parsed | None:
     metrics: dict[str, float] = {}
     seen: dict[str, float] = {}
     training = False
-    for key, raw in pairs:
+    spaced = True
+    for key, sep, raw in pairs:
         low = key.lower()
         if low in _STEP_KEYS and step is None:
             if not raw.replace(",", "").isdigit():
                 return None
             step = int(raw.replace(",", ""))
+            spaced = not sep.strip()
             continue
+        if step is not None and not spaced and not sep.strip():
+            continue  # `step: 3 loss: 1.2 ... Tue Sep 17`: only pairs written like the step's count
         value = number(raw)
         if value is None:
             continue
