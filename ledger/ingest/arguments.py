@@ -6,8 +6,8 @@ What is read, from ``python train.py --lr 3e-3 --warmup=100 --bf16 train.yaml mo
 * the launcher and interpreter are skipped: everything up to the script (the first ``*.py``/``*.sh``
   argument, or the module of ``python -m``; ``torchrun``/``accelerate launch``/``deepspeed``/``python -m
   torch.distributed.run`` options come before it and are not the training's arguments);
-* ``--key value`` and ``--key=value`` (several values after one option are kept together, space
-  separated), ``-k value``, ``--flag`` alone (``true``), Hydra overrides ``key=value``, ``+key=value``,
+* ``--key value`` and ``--key=value`` (numbers after the first value are kept with it, space separated:
+  ``--betas 0.9 0.95``; a word after the value is positional), ``-k value``, ``--flag`` alone (``true``), Hydra overrides ``key=value``, ``+key=value``,
   ``++key=value`` (the ``+`` dropped) and ``~key`` (``<deleted>``); other words are positional, ``arg1``,
   ``arg2``...; a later value of the same key replaces an earlier one (argparse's rule);
 * every argument that names an existing file (relative to the launch's directory) ending in ``.yaml``,
@@ -99,7 +99,8 @@ def parse_argv(args: Sequence[str]) -> list[tuple[str, str]]:
                 out.append((key, value))
                 continue
             values = []
-            while i < n and not _is_option(args[i]) and not _HYDRA.match(args[i]):
+            while i < n and not _is_option(args[i]) and not _HYDRA.match(args[i]) and (
+                    not values or _NUMBER.match(args[i])):
                 values.append(args[i])
                 i += 1
             out.append((key, " ".join(values) if values else "true"))
