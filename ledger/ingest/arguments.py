@@ -7,9 +7,10 @@ What is read, from ``python train.py --lr 3e-3 --warmup=100 --bf16 train.yaml mo
   argument, or the module of ``python -m``; ``torchrun``/``accelerate launch``/``deepspeed``/``python -m
   torch.distributed.run`` options come before it and are not the training's arguments);
 * ``--key value`` and ``--key=value`` (numbers after the first value are kept with it, space separated:
-  ``--betas 0.9 0.95``; a word after the value is positional), ``-k value``, ``--flag`` alone (``true``), Hydra overrides ``key=value``, ``+key=value``,
-  ``++key=value`` (the ``+`` dropped) and ``~key`` (``<deleted>``); other words are positional, ``arg1``,
-  ``arg2``...; a later value of the same key replaces an earlier one (argparse's rule);
+  ``--betas 0.9 0.95``; a word after the value is positional), ``-k value``, ``--flag`` alone (``true``),
+  Hydra overrides ``key=value``, ``+key=value``, ``++key=value`` (the ``+`` dropped) and ``~key``
+  (``<deleted>``); other words are positional, ``arg1``, ``arg2``...; a later value of the same key
+  replaces an earlier one (argparse's rule);
 * every argument that names an existing file (relative to the launch's directory) ending in ``.yaml``,
   ``.yml``, ``.json`` or ``.toml`` (at most :data:`MAX_FILE_BYTES`) is parsed (PyYAML, json, tomllib) and
   its keys flattened as ``<file as given>:a.b`` (lists as JSON); every named config-like file (those and
@@ -98,7 +99,7 @@ def parse_argv(args: Sequence[str]) -> list[tuple[str, str]]:
                 key, value = key.split("=", 1)
                 out.append((key, value))
                 continue
-            values = []
+            values: list[str] = []
             while i < n and not _is_option(args[i]) and not _HYDRA.match(args[i]) and (
                     not values or _NUMBER.match(args[i])):
                 values.append(args[i])

@@ -26,7 +26,7 @@ _EVAL_TIMING = ("runtime", "samples_per_second", "steps_per_second")
 _RENAME = {"learning_rate": "lr"}
 
 
-class LedgerCallback(TrainerCallback):  # type: ignore[misc]
+class LedgerCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]
     """Records a Trainer's steps, evals and hyper-parameters into the current ledger run."""
 
     def __init__(self, run: Any = None) -> None:

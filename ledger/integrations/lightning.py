@@ -18,7 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 import ledger.sdk
@@ -35,7 +36,7 @@ def _name(key: str) -> str:
     return key
 
 
-class LedgerLogger(Logger):  # type: ignore[misc]
+class LedgerLogger(Logger):  # type: ignore[misc,unused-ignore]
     """Records a Lightning run's metrics into the current ledger run."""
 
     def __init__(self, run: Any = None) -> None:
@@ -56,7 +57,7 @@ class LedgerLogger(Logger):  # type: ignore[misc]
     def experiment(self) -> Any:
         return self.run
 
-    @rank_zero_only  # type: ignore[misc]
+    @rank_zero_only  # type: ignore[misc,unused-ignore]
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         values = dict(params) if isinstance(params, Mapping) else dict(vars(params)) if params is not None else {}
         workload: dict[str, Any] = {}
@@ -68,7 +69,7 @@ class LedgerLogger(Logger):  # type: ignore[misc]
         if workload:
             self.run.set_workload(workload)
 
-    @rank_zero_only  # type: ignore[misc]
+    @rank_zero_only  # type: ignore[misc,unused-ignore]
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         at = int(step or 0)
         train: dict[str, float] = {}
@@ -93,11 +94,11 @@ class LedgerLogger(Logger):  # type: ignore[misc]
             self._pending = None
             self.run.log_step(step, **values)
 
-    @rank_zero_only  # type: ignore[misc]
+    @rank_zero_only  # type: ignore[misc,unused-ignore]
     def save(self) -> None:
         self.run.flush()  # the pending step stays open: Lightning may log more of it
 
-    @rank_zero_only  # type: ignore[misc]
+    @rank_zero_only  # type: ignore[misc,unused-ignore]
     def finalize(self, status: str) -> None:
         self._flush()
         self.run.flush()

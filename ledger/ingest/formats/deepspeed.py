@@ -1,7 +1,8 @@
 """DeepSpeed engine lines (``deepspeed/runtime/engine.py`` ``_report_progress`` and the throughput timer)::
 
-    [2023-07-24 12:25:17,424] [INFO] [logging.py:96:log_dist] [Rank 0] step=100, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]
-    [2023-07-24 12:25:17,425] [INFO] [timer.py:215:stop] epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=5720.5, CurrSamplesPerSec=5370.4, MemAllocated=0.01GB, MaxMemAllocated=0.12GB
+    [...] [INFO] [logging.py:96:log_dist] [Rank 0] step=100, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]
+    [...] [INFO] [timer.py:215:stop] epoch=0/micro_step=100/global_step=100, RunningAvgSamplesPerSec=5720.5,
+        CurrSamplesPerSec=5370.4, MemAllocated=0.01GB, MaxMemAllocated=0.12GB      (one line)
 
 DeepSpeed prints no loss (its maintainers' choice: the loss is the model's business). ``lr`` is the first
 parameter group's; ``skipped`` (cumulative skipped steps) and the samples/s go to ``extra``;

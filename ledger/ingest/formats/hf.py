@@ -40,7 +40,7 @@ def _from_dict(d: dict[str, Any], step: int | None) -> Parsed | None:
             if x is not None and k != "step":
                 put(metrics, str(k), x)
         return Parsed(step=step, metrics=metrics, ordinal=step is None)
-    evals = []
+    evals: list[tuple[str | None, str, float]] = []
     for k, v in d.items():
         key = str(k)
         if key.startswith("eval_") and not key.endswith(_EVAL_TIMING):

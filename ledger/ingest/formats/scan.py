@@ -81,7 +81,7 @@ class Rows:
             values = [row.get(name) for _, row in steps]
             if any(v is not None for v in values):
                 cols[name] = [None if v is None else (_int(v) if name in INT_COLUMNS else v) for v in values]
-        extras = [[(k, v) for k, v in row.items() if k not in STEP_COLUMNS] or None for _, row in steps]
+        extras: list[object] = [[(k, v) for k, v in row.items() if k not in STEP_COLUMNS] or None for _, row in steps]
         if any(extras):
             cols["extra"] = extras
         evals = self.evals

@@ -78,7 +78,8 @@ def _scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
 def parse_events(paths: list[Path]) -> list[Parsed]:
     """Step and eval rows from event files (one row per step, metrics of every file merged)."""
     if not available():
-        raise BadInput("reading TensorBoard events needs the tensorboard package: pip install 'stackreceipt[tensorboard]'")
+        raise BadInput("reading TensorBoard events needs the tensorboard package: "
+                       "pip install 'stackreceipt[tensorboard]'")
     steps: dict[int, dict[str, float]] = defaultdict(dict)
     evals: dict[int, list[tuple[str | None, str, float]]] = defaultdict(list)
     for path in paths:

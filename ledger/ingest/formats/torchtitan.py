@@ -1,6 +1,7 @@
 """torchtitan step lines (``torchtitan/train.py`` via ``MetricsProcessor.log``)::
 
-    [rank0]:[titan] 2025-03-12 11:10:21,511 - root - INFO - step: 22  loss:  6.2250  grad_norm:  0.8319  memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%
+    [rank0]:[titan] 2025-03-12 11:10:21,511 - root - INFO - step: 22  loss:  6.2250  grad_norm:  0.8319
+        memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%                  (one line)
 
 ``loss`` and ``grad_norm`` fill their columns and ``memory`` (the peak active memory of the device) becomes
 ``memory_bytes``. ``tps``, ``tflops`` and ``mfu`` are per device in torchtitan, while the steps table's

@@ -49,7 +49,8 @@ def test_deepspeed_progress_and_throughput_lines() -> None:
     best = capture.best()
     assert best is not None and best.name == "deepspeed"
     assert sorted(best.steps) == [1, 100]  # step=0 is the engine's initial state
-    assert best.steps[100] == {"skipped_steps": 0, "lr": 0.001, "epoch": 0, "RunningAvgSamplesPerSec": 5720.511220447356,
+    assert best.steps[100] == {"skipped_steps": 0, "lr": 0.001, "epoch": 0,
+                               "RunningAvgSamplesPerSec": 5720.511220447356,
                                "CurrSamplesPerSec": 5370.427656850192, "memory_bytes": 0.12e9}
     assert best.steps[1]["lr"] == 0.00029999999999267505
     assert capture.others() == []  # OVERFLOW / Iteration: 90 reward lines are not steps of any format
@@ -64,7 +65,8 @@ def test_hf_trainer_dict_lines_are_numbered_and_state_file_has_steps() -> None:
     state = rows_of(hf.NAME, hf.parse_state(LOGS / "trainer_state.json"))
     assert not state.ordinal and sorted(state.steps) == [50, 100]
     assert state.steps[100]["loss"] == 1.3879 and state.steps[100]["lr"] == 1.5822784810126583e-05
-    assert sorted(state.evals) == [(50, "eval", "accuracy", 0.25503355264663696), (50, "eval", "loss", 1.3863019943237305),
+    assert sorted(state.evals) == [(50, "eval", "accuracy", 0.25503355264663696),
+                                   (50, "eval", "loss", 1.3863019943237305),
                                    (100, "eval", "accuracy", 0.26366251707077026),
                                    (100, "eval", "loss", 1.3862756490707397)]
 

@@ -3,7 +3,6 @@ configuration; `compare` of two learning rates names the change."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -38,7 +37,8 @@ def test_two_lrs_of_a_plain_script_differ_in_arguments(tmp_path: Path) -> None:
     (tmp_path / "train.yaml").write_text("optimizer:\n  betas: [0.9, 0.95]\nwandb:\n  api_key: s3cr3tv4lue99\n")
     lg = LedgerAt(tmp_path)
     first = lg("record", "--name", "lr1", "--", "python", "train.py", "--lr", "1e-3", "train.yaml")
-    assert "captured 5 steps (loss, lr) from output [key-value]; config 5 keys from argv + train.yaml" in first.stderr  # lr, arg1, 3 of the file
+    # config: lr, arg1 and three of the file (two keys and its digest)
+    assert "captured 5 steps (loss, lr) from output [key-value]; config 5 keys from argv + train.yaml" in first.stderr
     lg("record", "--name", "lr3", "--", "python", "train.py", "--lr=3e-3", "train.yaml")
     a = _receipt(lg, "lr1")
     assert a["summary"]["steps"] == 5 and a["summary"]["final_loss"] == round(3.0 * 0.99 ** 5, 6)

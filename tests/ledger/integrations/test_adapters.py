@@ -80,7 +80,8 @@ def test_hf_trainer_with_no_change_and_with_the_callback(tmp_path: Path) -> None
     (tmp_path / "train.py").write_text(HF_SCRIPT)
     lg = LedgerAt(tmp_path, timeout=600)
     out = lg("record", "--name", "plain", "--", "python", "train.py")
-    assert "captured 3 steps (loss, lr, grad_norm, epoch) from out/trainer_state.json [hf-trainer]; evals 2" in out.stderr
+    assert ("captured 3 steps (loss, lr, grad_norm, epoch) from out/trainer_state.json [hf-trainer]; evals 2"
+            in out.stderr)
     history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
     train = [h for h in history if "loss" in h]
     _, steps, evals = _tables(lg, "plain")
