@@ -62,6 +62,11 @@ _SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\b", re.I)
 
 def number(text: str) -> float | None:
     """A number as printed: ``3.2``, ``1e-3``, ``10,050``, ``nan``, ``inf``, ``-inf``; None otherwise."""
+    if text[:1].isdigit() and text[-1:].isdigit():  # the common case, fast
+        try:
+            return float(text)
+        except ValueError:
+            pass
     t = text.strip().rstrip(",;")
     low = t.lower()
     if low in ("nan", "+nan", "-nan"):

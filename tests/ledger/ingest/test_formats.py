@@ -135,3 +135,34 @@ def test_lightning_metrics_csv(tmp_path: Path) -> None:
     assert rows.steps == {9: {"epoch": 0, "lr": 0.01, "loss": 2.31}, 19: {"epoch": 0, "lr": 0.01, "loss": 2.02},
                           29: {"epoch": 1, "lr": 0.005, "loss": 1.75}}
     assert sorted(rows.evals) == [(19, "val", "acc", 0.41), (19, "val", "loss", 1.98)]
+
+
+def _rows(capture: LineCapture) -> tuple[dict, list, list]:
+    best = capture.best()
+    assert best is not None
+    return best.steps, sorted(best.evals), best.unparsed
+
+
+def test_fast_path_reads_what_the_parsers_read() -> None:
+    lines = []
+    for step in range(1, 4001):
+        lines.append(f"[rank0]: step {step} loss {3 / step:.6f} lr {1e-3 * (step % 7):.3e} grad_norm {step % 13}.5")
+        if step % 50 == 0:
+            lines.append(f"step {step} loss nan lr 1e-3 grad_norm inf tokens 1,024")  # another shape
+            lines.append("Epoch done at step 3")
+        if step == 2000:
+            lines.append("x" * 100_000)  # an overlong line between blocks
+    data = ("\n".join(lines) + "\n").encode()
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), 70_001):  # chunks that cut lines
+            capture.feed(data[i:i + 70_001])
+        capture.close()
+    fast_steps, fast_evals, fast_bad = _rows(fast)
+    slow_steps, slow_evals, slow_bad = _rows(slow)
+    assert len(slow_steps) == 4000 and slow_steps[7] == {"loss": 0.428571, "lr": 0.0, "grad_norm": 7.5}
+    def norm(steps: dict) -> list:
+        return sorted((step, sorted((k, repr(v)) for k, v in row.items())) for step, row in steps.items())
+
+    assert norm(fast_steps) == norm(slow_steps) and fast_evals == slow_evals and fast_bad == slow_bad
+    assert any(t.uses > 1000 for t in fast.templates.items) and fast.lines == slow.lines == len(lines)
