@@ -112,6 +112,11 @@ def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOpt
         return message
 
 
+def finished(run_dir: Path) -> bool:
+    """Whether :func:`finish` ran for this staging directory (``ledger recover`` runs it otherwise)."""
+    return "line" in _read_facts(run_dir)
+
+
 def _has_table(run_dir: Path, name: str) -> bool:
     for _, directory in rank_dirs(run_dir):
         for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
@@ -335,4 +340,4 @@ def _common_dir(paths: list[Path], cwd: Path) -> str:
 
 
 
-__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "start"]
+__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "start"]
