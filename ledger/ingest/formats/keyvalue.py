@@ -11,7 +11,8 @@ containing ``loss``, or ``lr`` / ``learning_rate`` / ``grad_norm`` / ``ppl`` / `
 same name twice with different values (``train loss 1.2, val loss 1.4``) is ambiguous: counted as unparsed,
 never guessed. When the step is written ``step: N`` or ``step=N``, only pairs written with ``:`` or ``=``
 count (so a date later in the line, ``Tue Sep 17``, is not a metric); ``step N`` accepts ``name value`` pairs.
-Each name takes the first number after it.
+Each name takes the first number after it. Names ``val_*``, ``valid_*``, ``eval_*``, ``test_*`` (or with ``/``)
+are evals of that split at the line's step (``step 100 loss 2.1 val_loss 2.3``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _PAIR = re.compile(
 )
 _STEP_KEYS = frozenset({"step", "iter", "iteration", "global_step", "update", "it"})
 _METRIC_NAMES = frozenset({"lr", "learning_rate", "grad_norm", "ppl", "perplexity"})
+_EVAL = re.compile(r"^(val|valid|validation|eval|test)[_/](.+)$", re.I)
+_SPLITS = {"val": "val", "valid": "val", "validation": "val", "eval": "eval", "test": "test"}
 
 
 def parse_line(line: str) -> Parsed | None:
@@ -36,6 +39,7 @@ def parse_line(line: str) -> Parsed | None:
     step: int | None = None
     metrics: dict[str, float] = {}
     seen: dict[str, float] = {}
+    evals: list[tuple[str | None, str, float]] = []
     training = False
     spaced = True
     for key, sep, raw in pairs:
@@ -56,10 +60,14 @@ def parse_line(line: str) -> Parsed | None:
         seen[low] = value
         if "loss" in low or low in _METRIC_NAMES:
             training = True
-        put(metrics, key, value)
+        m = _EVAL.match(key)
+        if m:
+            evals.append((_SPLITS[m.group(1).lower()], m.group(2), value))
+        else:
+            put(metrics, key, value)
     if step is None or not training:
         return None
-    return Parsed(step=step, metrics=metrics)
+    return Parsed(step=step, metrics=metrics, evals=evals)
 
 
 __all__ = ["NAME", "parse_line"]

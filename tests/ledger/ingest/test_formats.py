@@ -87,6 +87,12 @@ def test_generic_key_value_lines_without_phantoms() -> None:
     assert best.steps[10]["loss"] == 1.871535 and best.steps[10]["lr"] == 0.000006
     assert "eta" not in best.steps[10] and best.steps[10]["ips"] == 9.71838
     assert best.steps[1] == {"loss": 10.2313}
+    capture = LineCapture()
+    capture.feed(b"step 100 loss 2.1 val_loss 2.3 eval/acc 0.5\nstep 200 val_loss 2.2\n")
+    capture.close()
+    best = capture.best()
+    assert best is not None and best.steps == {100: {"loss": 2.1}}
+    assert best.evals == [(100, "val", "loss", 2.3), (100, "eval", "acc", 0.5), (200, "val", "loss", 2.2)]
 
 
 @pytest.mark.parametrize("line", [
