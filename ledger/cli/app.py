@@ -69,6 +69,11 @@ def _keep_pandas_out() -> None:
               help="Seconds between telemetry samples of this node (0: off).")
 @click.option("--id-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the new receipt's id to this file (for pipelines).")
+@click.option("--parse", "parse", metavar="REGEX",
+              help="Step lines of the output: named groups, (?P<step>...) required, e.g. "
+                   "'step (?P<step>\\d+) loss (?P<loss>\\S+)'; other groups are custom metrics.")
+@click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path),
+              help="Also read TensorBoard event files written under this folder during the run.")
 @ledger_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -82,10 +87,17 @@ def record(
     env_names: tuple[str, ...],
     telemetry_interval: float,
     id_file: Path | None,
+    parse: str | None,
+    tensorboard: Path | None,
     ledger_path: Path | None,
     command: tuple[str, ...],
 ) -> None:
     """Run a training launch and record its receipt; exits with the launch's exit status.
+
+    Metrics are captured with no change to the training code: from the SDK, from the output (Hugging Face
+    Trainer, nanoGPT, torchtitan, DeepSpeed, open-instruct, Megatron-LM and key=value step lines, or
+    --parse), from trainer_state.json, Lightning's metrics.csv and TensorBoard events; the command line and
+    the config files it names become workload.arguments. The last lines say what was captured.
 
     Example:
 
@@ -113,6 +125,8 @@ def record(
         tags=parse_tags(tags),
         env_names=env_names,
         telemetry_interval=telemetry_interval,
+        parse=parse,
+        tensorboard=tensorboard,
         **links,
     )
     result = run_record(ledger, opts)
