@@ -1,5 +1,6 @@
 """`ledger fit law`, `ledger fit perf` and `ledger plan`: a scaling law and a performance model fitted on
-receipts, and the cluster-optimal MoE geometry under deliverable compute (issue 9, MOSAIC)."""
+receipts, and the cluster-optimal MoE geometry under deliverable compute (MOSAIC). Parse, one call of
+:mod:`ledger.planning.api`, render with :mod:`ledger.report.plan`."""
 
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ def fit_law(ctx: click.Context, where: str | None, loss: str, at_tokens: str | N
     """Fit L(N_tot, S, D, G) = a/N_tot^alpha + b/D^beta + c/(1-S)^lam + j/((1-S)^delta N_tot^gamma G^eta) + e.
 
     N_tot: total parameters; D: training tokens; S = 1 - top_k/experts; G = dense FFN width / expert width.
-    Robust non-linear least squares (Huber loss on log-loss residuals, Levenberg-Marquardt, several
-    initialisations); parameters the receipts cannot identify are fixed at the default law's values and
-    listed with the reason; 95% intervals from a bootstrap over receipts; held-out error from k-fold
-    cross-validation over receipts.
+    First the design is checked: at least free parameters + 2 distinct (N_tot, D, S, G) points, every
+    varying variable spanning at least x2, no two of them collinear (|r| >= 0.95); a design that fails is
+    refused (exit 2) with the runs that would make the law identifiable, as commands. Then robust non-linear
+    least squares (scipy's least_squares, Huber loss on log-loss residuals, several initialisations); a
+    variable that does not vary fixes its exponents (listed with the reason); 95% intervals and the bootstrap
+    vectors (which `ledger plan --law-from` resamples) from a bootstrap over receipts; held-out error from
+    k-fold cross-validation over receipts, with its n; the support (range of each variable), which becomes
+    the plan's frontier.
 
     Example:
 
@@ -80,8 +85,11 @@ def fit_perf(ctx: click.Context, where: str | None, hardware: str | None, as_jso
     top-k, granularity, sequence length, batch), the parallel plan (TP/EP/PP/DP, micro-batch) and a
     hardware profile: dense and grouped GEMMs (rooflines), attention, all-to-all, tensor-parallel and
     pipeline communication, pipeline bubbles, data-parallel gradient traffic, CPU launch latency per
-    kernel. Four factors (compute, memory, comm, launch) are fitted per hardware profile by least squares
-    of log predicted against log measured step time; held-out error by leave-one-out.
+    kernel. Four factors (compute, memory, comm, launch) are fitted per hardware profile by robust least
+    squares (scipy, soft-L1) of log predicted against log measured step time; held-out error by
+    leave-one-out, with its n. Receipts that cannot identify the factors (fewer than factors + 2 distinct
+    geometry-and-plan points, or step times that split the same way between operator classes) are refused
+    with the runs that would, as commands.
 
     Example:
 
