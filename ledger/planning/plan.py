@@ -368,6 +368,7 @@ def _uncertainty(spec: LawSpec, x: _Context, best: int, co: int, s_lo: float, s_
         "held_fixed": held,
         "from": "bootstrap vectors of the fit" if spec.samples is not None else "published standard errors "
                 "(independent normal draws truncated at 0)",
+        "same_choice": bool(same),
         "p_cluster_optimal_beats_compute_optimal": 0.0 if same else float(np.mean(gap > 0)),
         "loss_gap": {"point": None, "median": float(np.median(gap)), "ci95": _pct(gap),
                      "what": "predicted loss on this cluster of the compute-optimal choice minus the "

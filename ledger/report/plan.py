@@ -159,7 +159,8 @@ def render_plan(r: PlanResult, plot: Path | None = None) -> None:
         gap = u["loss_gap"]
         console.print(f"uncertainty ({u['draws']} draws of {', '.join(u['resampled'])} from {escape(u['from'])}; "
                       f"held fixed: {', '.join(u['held_fixed'])}): P(cluster-optimal beats compute-optimal on this "
-                      f"cluster) = {u['p_cluster_optimal_beats_compute_optimal']:.2f}; loss gap {gap['point']:.4f} "
+                      f"cluster) = {u['p_cluster_optimal_beats_compute_optimal']:.2f}"
+                      f"{' (they are the same geometry)' if u['same_choice'] else ''}; loss gap {gap['point']:.4f} "
                       f"(95% interval {gap['ci95'][0]:.4f} to {gap['ci95'][1]:.4f}); P(interior cluster-optimal) = "
                       f"{u['p_cluster_optimal_interior']:.2f}; P(compute-optimal at the frontier) = "
                       f"{u['p_compute_optimal_at_frontier']:.2f}")
