@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -58,17 +59,19 @@ def bench_fit(reps: int) -> dict[str, object]:
     full = synthetic(law, [3e7, 1e8, 3e8, 1e9, 3e9], [1e9, 4e9, 1.6e10, 6.4e10], [0, 0.5, 0.75, 0.875, 0.9375],
                      [1, 2, 4, 8], noise=0.005, seed=0)
     data = Data.of(full.n_tot, full.d, full.s, full.g, full.loss)
-    times = []
+    times, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fit = fit_law(data, inits=24, bootstrap=200)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     ours = statistics.median(times)
     return {"figure": "law_fit_400_observations", "value": round(ours, 3), "unit": "s", "reference": 5.0,
             "ratio": round(ours / 5.0, 3), "target": 1.0, "met": ours <= 5.0,
             "note": f"24 initialisations, {fit.bootstrap} bootstrap refits, 5-fold CV; held-out MAPE "
-                    f"{fit.held_out['mape_pct']:.2f}% (n = {int(fit.held_out['n'])}); ratio = ours / 5 s budget "
-                    "(ceiling)"}
+                    f"{fit.held_out['mape_pct']:.2f}% (n = {int(fit.held_out['n'])}); CPU time "
+                    f"{statistics.median(cpu):.2f} s (wall time on a loaded machine is longer; load average "
+                    f"{os.getloadavg()[0]:.1f}); ratio = ours / 5 s budget (ceiling)"}
 
 
 def main() -> None:
