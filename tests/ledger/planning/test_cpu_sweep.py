@@ -48,7 +48,7 @@ def test_perf_model_predicts_the_measured_mfu_ranking(sweep: Ledger) -> None:
     m = cpu["metrics"]
     assert cpu["hardware"] == "CPU" and m["receipts"] == 6
     assert "comm" in cpu["fixed"]  # one process: no collective to calibrate
-    # On a quiet machine the held-out ranking is exact (Kendall 1.0 on a sweep recorded at load average ~2, with
+    # On a quieter machine the held-out ranking is exact (Kendall 1.0 on a sweep recorded earlier in the day, with
     # this code and the previous one alike). Neighbours 20-25% apart are within the run-to-run noise of a loaded
     # one (at load average 9-20 on this 2-core machine one or two pairs swapped, E16k2G2 / E32k4G4 and E64k8G8 /
     # E64k2G2), so the test asks for at most 3 of the 15 pairs swapped and the end points (5x apart) in place.
