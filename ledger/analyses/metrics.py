@@ -430,6 +430,9 @@ def _tflops(run: RunData) -> NDArray[np.float64] | str:
     flops = _steady(run, "flops_per_s")
     if flops.size:
         return flops / run.devices / 1e12
+    printed = _steady(run, "tflops_per_device")  # as a log printed it per device (Megatron's TFLOP/s/GPU)
+    if printed.size:
+        return printed
     return "model FLOPs per token unknown (workload lacks active_params, layers, hidden or sequence_length)"
 
 

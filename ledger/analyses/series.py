@@ -30,7 +30,7 @@ Columns = dict[str, NDArray[Any]]
 
 STEP_COLUMNS = (
     "step", "tokens", "time", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s",
-    "memory_bytes", "skipped",
+    "tflops_per_device", "memory_bytes", "skipped",
 )
 
 _ROUTING_SQL = """
