@@ -12,6 +12,8 @@ from schemas.receipt import (
     Architecture,
     Artifact,
     Batch,
+    Capture,
+    CapturedTable,
     Code,
     Container,
     Data,
@@ -42,7 +44,8 @@ from schemas.receipt import (
 from schemas.tables import TABLES
 
 __all__ = [
-    "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Code", "Container",
+    "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Capture", "CapturedTable",
+    "Code", "Container",
     "Data", "Drivers", "Factor", "Gpu", "Hardware", "ImportSource", "Kernels", "Launch", "Launcher", "Link", "Links",
     "NodeStack", "Optimizer", "Package", "Parallelism", "Precision", "Problem", "QualityGate", "Receipt", "Router",
     "SchemaVersionError", "Software", "Stack", "Summary", "Task", "Workload", "canonical_json", "content_id",

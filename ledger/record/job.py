@@ -36,6 +36,7 @@ from ledger.errors import BadInput, LedgerError
 from ledger.store.jobs import has_ended, job_dir, mark_ended, node_dir, node_dirs
 from ledger.store.layout import (
     ARGUMENTS_FILE,
+    CAPTURE_FILE,
     LOG_FILE,
     RUNTIME_FILE,
     STACK_FILE,
@@ -313,8 +314,9 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
         if starts:
             first["started_at"] = min(starts, key=datetime.fromisoformat)
         write_json_atomic(job / WRAPPER_FILE, first)
-    if present and (present[0].dir / ARGUMENTS_FILE).exists():
-        shutil.copyfile(present[0].dir / ARGUMENTS_FILE, job / ARGUMENTS_FILE)
+    for name in (ARGUMENTS_FILE, CAPTURE_FILE):  # node 0's (the lowest node's) launch arguments and capture
+        if present and (present[0].dir / name).exists():
+            shutil.copyfile(present[0].dir / name, job / name)
     # every node's stack
     all_facts: dict[int, dict[str, Any]] = {}
     per_node: dict[int, tuple[Stack, dict[int, dict[str, Any]]]] = {}

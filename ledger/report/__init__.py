@@ -5,6 +5,8 @@
     html       ``ledger report --html FILE``: plots as inline SVG, raw tables, no external resources
     svg        the plot primitives of the HTML page (line charts, histograms, heatmaps)
     fmt        number formatting shared by all of them
+    plan       ``ledger fit law``, ``ledger fit perf`` and ``ledger plan`` on a terminal
+    plan_svg   ``ledger plan --plot FILE``: predicted loss against sparsity
 
 Nothing here computes a statistic: every figure comes from :mod:`ledger.analyses.compare`.
 
