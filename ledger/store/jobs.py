@@ -4,7 +4,6 @@ Layout (under the ledger's ``.staging/``, which must be on a filesystem every no
 
     job-<16 hex of sha256(key)>/     the job; published as one receipt, then removed
       lock                           flock'ed by node 0's wrapper for its whole life, then by the publisher
-      job.json                       the job key and the number of nodes expected
       node-00000/                    one node's staging directory (a single run's layout: wrapper.json,
         wrapper.json ...             stack.json, output.log, exit.json, rank-NNNNN/ of the global ranks
         rank-00000/ ...              that ran there, wrapper/ with the node's telemetry)
@@ -24,7 +23,6 @@ from pathlib import Path
 
 JOB_PREFIX = "job-"
 NODE_PREFIX = "node-"
-JOB_FILE = "job.json"
 ENDED_MARK = "ENDED"
 """In a node directory: the node's wrapper finished writing (its child had ended)."""
 
