@@ -39,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ledger.mfu import model_flops_per_token
 from ledger.store.layout import (
     ENV_RUN_DIR,
     RUNTIME_FILE,
@@ -549,4 +550,4 @@ def _reset_for_tests() -> None:
         _current = None
 
 
-__all__ = ["NullRun", "Run", "current", "runtime_facts"]
+__all__ = ["NullRun", "Run", "current", "model_flops_per_token", "runtime_facts"]

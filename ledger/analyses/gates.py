@@ -738,11 +738,10 @@ def group_runs(con: Any, tag: str) -> list[Any]:
     """The logical runs with an attempt tagged KEY=VALUE, oldest first."""
     import json
 
+    from ledger.kv import pair
     from ledger.store.attempts import run_of
 
-    key, sep, value = tag.partition("=")
-    if not sep or not key:
-        raise BadInput(f"--group {tag!r}: expected TAG=VALUE, e.g. --group sweep=seeds")
+    key, value = pair(tag, "--group", example="--group sweep=seeds")
     roots: dict[str, Any] = {}
     for rid, root, tags, _started in con.execute(
         "SELECT id, coalesce(attempt_of, id), tags, started_at FROM receipts ORDER BY started_at"

@@ -45,12 +45,6 @@ def echo_json(data: Any) -> None:
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     """``--tag K=V`` options as a mapping; a malformed one is bad input."""
-    from ledger.errors import BadInput
+    from ledger.kv import pairs
 
-    tags = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise BadInput(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag sweep=lr")
-        tags[key] = val
-    return tags
+    return pairs(values, "--tag")
