@@ -18,9 +18,11 @@ import numpy as np
 
 from ledger.analyses.compare import Comparison
 from ledger.analyses.diff import summarize_change
+from ledger.analyses.goodput import Goodput
 from ledger.analyses.matched import curve
 from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
 from ledger.report import fmt, svg
+from ledger.report.goodput import timeline_svg
 
 A_COLORS = ("#1f5fa8", "#4b8fd6", "#86b6e8", "#0b3b6f")
 B_COLORS = ("#c8372d", "#e8743b", "#f0a65a", "#8a1c14")
@@ -274,6 +276,12 @@ def render(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]],
     )
 
 
+def timelines_of(goodputs: Mapping[str, Goodput | str]) -> dict[str, str]:
+    """Side label -> the goodput timeline (inline SVG) of its run, or the sentence saying why there is none."""
+    return {label: timeline_svg(g) if isinstance(g, Goodput) else f"<p class='reason'>unavailable: {_e(g)}</p>"
+            for label, g in goodputs.items()}
+
+
 def _timelines(timelines: Mapping[str, str]) -> str:
     if not timelines:
         return ""
@@ -284,31 +292,15 @@ def _timelines(timelines: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
-def goodput_timelines(con: duckdb.DuckDBPyConnection, c: Comparison) -> dict[str, str]:
-    """The goodput timeline of the first run of each side, or why it cannot be drawn."""
-    from ledger.analyses.goodput import goodput_of_run, timeline_svg
-    from ledger.errors import LedgerError
-    from ledger.store.attempts import run_of
-
-    out: dict[str, str] = {}
-    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
-        if not runs:
-            continue
-        label = f"{side}: {runs[0].label}"
-        try:
-            out[label] = timeline_svg(goodput_of_run(con, run_of(con, runs[0].id)))
-        except LedgerError as exc:
-            out[label] = f"<p class='reason'>unavailable: {_e(exc)}</p>"
-    return out
-
-
-def report(con: duckdb.DuckDBPyConnection, c: Comparison, max_bins: int = 120) -> str:
-    """The page for a comparison, with the routing heatmaps and the goodput timeline of the first run of
-    each side read from the index."""
+def report(con: duckdb.DuckDBPyConnection, c: Comparison, goodputs: Mapping[str, Goodput | str] | None = None,
+           max_bins: int = 120) -> str:
+    """The page for a comparison, with the routing heatmaps read from the index and the goodput timelines of
+    ``goodputs`` (side label -> the goodput of its first run, or why there is none: see
+    :func:`ledger.analyses.goodput_index.of_sides`); this module computes no goodput itself."""
     heatmaps: dict[str, dict[int, Columns]] = {}
     for runs in (c.runs_a, c.runs_b):
         if runs:
             r = runs[0]
             heatmaps[r.id] = {layer: routing_matrix(con, r.id, layer, max_bins) for layer in layers_of(r)}
-    return render(c, heatmaps, goodput_timelines(con, c))
+    return render(c, heatmaps, timelines_of(goodputs or {}))
 
