@@ -195,3 +195,24 @@ def test_each_package_says_what_it_is_for_and_what_it_may_import(package: str) -
     doc = ast.get_docstring(ast.parse((ROOT / "ledger" / package / "__init__.py").read_text())) or ""
     assert len(doc.split()) >= 10, f"ledger/{package}/__init__.py: say what the package is for"
     assert "may import" in doc.lower(), f"ledger/{package}/__init__.py: say what it may import"
+
+
+def test_schemas_names_resolve_lazily() -> None:
+    """``schemas`` loads each public name from its module on first use (``ledger --help`` imports none)."""
+    import schemas
+
+    assert set(schemas.__all__) == set(schemas._MODULES)
+    for name in schemas.__all__:
+        assert getattr(schemas, name) is getattr(__import__(schemas._MODULES[name], fromlist=[name]), name)
+
+
+def test_cli_start_imports_no_heavy_module() -> None:
+    """`ledger --help` imports click and the standard library only (bench/bench_startup.py times it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ledger.cli.app import cli; "
+            "print(sorted(m for m in ('pydantic', 'pyarrow', 'duckdb', 'numpy', 'rich', 'schemas', 'torch') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"

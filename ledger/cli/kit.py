@@ -1,4 +1,6 @@
-"""Shared pieces of the CLI for ledger/cli.py and the command modules in ledger/commands/."""
+"""Shared pieces of the CLI for ledger/cli/app.py and the command modules in ledger/cli/commands/.
+
+Imports only click and the standard library at module level: `ledger --help` must start fast."""
 
 from __future__ import annotations
 
@@ -6,12 +8,14 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ledger.store.layout import ledger_dir
-from ledger.store.receipts import Ledger
+
+if TYPE_CHECKING:  # the store loads pydantic and the schemas: not before a command runs
+    from ledger.store.receipts import Ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,6 +33,8 @@ def ledger_option(f: F) -> F:
 
 def ledger_from(ctx: click.Context, path: Path | None) -> Ledger:
     """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts."""
+    from ledger.store.receipts import Ledger
+
     return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
 
 
