@@ -541,6 +541,15 @@ def current() -> Run | NullRun:
         return _current
 
 
+def set_current(run: Run | NullRun | None) -> Run | NullRun | None:
+    """Make ``run`` what :func:`current` returns in this process (None: decide again from the environment);
+    returns the previous one. Used by :func:`ledger.record.inprocess.recording` (recording from Python)."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, run
+        return previous
+
+
 def _reset_for_tests() -> None:
     """Forget the process's run (tests only)."""
     global _current
@@ -550,4 +559,4 @@ def _reset_for_tests() -> None:
         _current = None
 
 
-__all__ = ["NullRun", "Run", "current", "model_flops_per_token", "runtime_facts"]
+__all__ = ["NullRun", "Run", "current", "model_flops_per_token", "runtime_facts", "set_current"]

@@ -504,6 +504,10 @@ class RunGates:
     cost: RunCost
     notes: list[str] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, Any]:
+        """``ledger gate REF --json``."""
+        return self.to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.good.run_id,
@@ -522,6 +526,10 @@ class GroupGates:
     tag: str
     runs: list[RunGates]
     summaries: list[GateSummary]
+
+    def to_json(self) -> dict[str, Any]:
+        """``ledger gate --group TAG=VALUE --json``."""
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {

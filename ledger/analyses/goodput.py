@@ -184,6 +184,10 @@ class Goodput:
         """Each bucket as a share of the wall time."""
         return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.buckets.items()}
 
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready figures (``ledger goodput --json``; no timeline arrays)."""
+        return self.to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready figures (no timeline arrays)."""
         return {
