@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -319,9 +319,9 @@ def _with_to_json(c: _Comparison) -> Comparison:
             return module.to_json(self)
 
         _COMPARISON = type("Comparison", (module.Comparison,), {"to_json": to_json, "__module__": __name__})
-    out = object.__new__(_COMPARISON)
+    out: Any = object.__new__(_COMPARISON)
     out.__dict__.update(c.__dict__)
-    return out  # type: ignore[no-any-return]
+    return cast("Comparison", out)
 
 
 __all__ = ["Ledger", "LawFitResult", "PerfFitResult", "PlanOutcome", "group", "open"]

@@ -34,7 +34,11 @@ Part of the core: imports nothing of ours. The runners reach :func:`model_flops_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 TERA = 1e12
 
@@ -97,17 +101,17 @@ def peak_flops(gpu_model: str | None, precision: str | None) -> Peak | str:
     return Peak(tflops * TERA, f"{key} dense {kind} peak, {tflops:g} TFLOP/s per GPU")
 
 
-N = TypeVar("N")
+N = TypeVar("N", float, "NDArray[np.float64]")
 
 
-def model_flops_per_token(active_params: N, layers: N, hidden: N, seq_len: N) -> N:
+def model_flops_per_token(active_params: N, layers: N | float, hidden: N | float, seq_len: N | float) -> N:
     """Model FLOPs per token (DESIGN.md, Definitions): 6 x active parameters (the weights a token passes
     through) + 12 x layers x hidden x sequence length (attention). Works on numbers and numpy arrays alike.
 
     >>> model_flops_per_token(1_000_000, 2, 64, 128)
     6196608.0
     """
-    return 6.0 * active_params + 12.0 * layers * hidden * seq_len  # type: ignore[operator, no-any-return]
+    return 6.0 * active_params + 12.0 * layers * hidden * seq_len
 
 
 __all__ = ["PEAK_TFLOPS", "TERA", "Peak", "device_key", "model_flops_per_token", "peak_flops", "peak_flops_of"]

@@ -15,6 +15,7 @@ import click
 from ledger.store.layout import ledger_dir
 
 if TYPE_CHECKING:  # the store loads pydantic and the schemas: not before a command runs
+    from ledger import api
     from ledger.store.receipts import Ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,6 +37,13 @@ def ledger_from(ctx: click.Context, path: Path | None) -> Ledger:
     from ledger.store.receipts import Ledger
 
     return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
+
+
+def facade_from(ctx: click.Context, path: Path | None) -> api.Ledger:
+    """The Python API's :class:`ledger.api.Ledger` for the command's ledger (see :func:`ledger_from`)."""
+    from ledger.api import Ledger as Facade
+
+    return Facade(ledger_from(ctx, path).root)
 
 
 def _json_default(value: Any) -> Any:

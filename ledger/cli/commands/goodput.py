@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ledger.cli.kit import echo_json, ledger_from, ledger_option
+from ledger.cli.kit import echo_json, facade_from, ledger_option
 
 
 @click.command()
@@ -28,14 +28,13 @@ def goodput(ctx: click.Context, ref: str, as_json: bool, svg_path: Path | None, 
 
         ledger goodput crashy-run --svg timeline.svg
     """
-    from ledger.analyses.goodput_index import goodput as compute_goodput
     from ledger.report.goodput import goodput_tables, timeline_svg
 
-    g = compute_goodput(ledger_from(ctx, ledger_path), ref)
+    g = facade_from(ctx, ledger_path).goodput(ref)
     if svg_path is not None:
         svg_path.write_text(timeline_svg(g))
     if as_json:
-        echo_json(g.to_dict())
+        echo_json(g.to_json())
         return
     goodput_tables(g)
     if svg_path is not None:
@@ -74,28 +73,20 @@ def gate(
 
         ledger gate --group sweep=seeds --gate val-loss --price-per-device-hour 2.5
     """
-    from ledger.analyses.gates import gate_report, group_report
-    from ledger.analyses.pricing import load_pricing
+    from ledger.analyses.gates import GroupGates
     from ledger.errors import BadInput
     from ledger.report.goodput import gate_group, gate_run
 
     if (ref is None) == (group is None):
         raise BadInput("give either a REF or --group TAG=VALUE (not both)")
-    pricing = load_pricing(config, price_per_device_hour)
-    ledger = ledger_from(ctx, ledger_path)
-    if group is not None:
-        report = group_report(ledger, group, gate, pricing)
-        if as_json:
-            echo_json(report.to_dict())
-        else:
-            gate_group(report)
-        return
-    assert ref is not None
-    run = gate_report(ledger, ref, gate, pricing)
+    result = facade_from(ctx, ledger_path).gate(ref, group=group, gate=gate,
+                                               price_per_device_hour=price_per_device_hour, config=config)
     if as_json:
-        echo_json(run.to_dict())
+        echo_json(result.to_json())
+    elif isinstance(result, GroupGates):
+        gate_group(result)
     else:
-        gate_run(run)
+        gate_run(result)
 
 
 def register(cli: click.Group) -> None:
