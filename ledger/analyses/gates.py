@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +47,12 @@ from ledger.analyses.pricing import Pricing, devices_of
 from ledger.errors import BadInput
 from schemas import Receipt
 from schemas.receipt import QualityGate, Task
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from ledger.store.attempts import LogicalRun
+    from ledger.store.receipts import Ledger
 
 NOT_MEASURED = "not measured"
 
@@ -539,7 +545,7 @@ class GroupGates:
         }
 
 
-def _telemetry(con: Any, ids: Sequence[str]) -> pa.Table:
+def _telemetry(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> pa.Table:
     marks = ", ".join("?" for _ in ids)
     table: pa.Table = con.sql(
         f"SELECT receipt_id, rank, time, node, device, power_w, energy_j FROM telemetry "
@@ -549,7 +555,7 @@ def _telemetry(con: Any, ids: Sequence[str]) -> pa.Table:
     return table
 
 
-def _evals(con: Any, ids: Sequence[str]) -> pa.Table:
+def _evals(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> pa.Table:
     marks = ", ".join("?" for _ in ids)
     table: pa.Table = con.sql(
         f"SELECT receipt_id, rank, step, time, tokens, split, source, metric, value FROM evals "
@@ -560,8 +566,8 @@ def _evals(con: Any, ids: Sequence[str]) -> pa.Table:
 
 
 def run_gates(
-    con: Any,
-    run: Any,
+    con: duckdb.DuckDBPyConnection,
+    run: LogicalRun,
     spec: str | None = None,
     pricing: Pricing | None = None,
     gates: list[QualityGate] | None = None,
@@ -584,7 +590,7 @@ def run_gates(
     return RunGates(good=good, results=results, cost=run_cost(run.attempts, good, telemetry, pricing), notes=notes)
 
 
-def gate_report(ledger: Any, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
+def gate_report(ledger: Ledger, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
     """One logical run (any attempt's ref) against the task's gates (or ``spec``)."""
     from ledger.store import index
     from ledger.store.attempts import load_run
@@ -594,7 +600,7 @@ def gate_report(ledger: Any, ref: str, spec: str | None = None, pricing: Pricing
         return run_gates(con, run, spec, pricing, None)
 
 
-def group_runs(con: Any, tag: str) -> list[Any]:
+def group_runs(con: duckdb.DuckDBPyConnection, tag: str) -> list[LogicalRun]:
     """The logical runs with an attempt tagged KEY=VALUE, oldest first."""
     import json
 
@@ -602,7 +608,7 @@ def group_runs(con: Any, tag: str) -> list[Any]:
     from ledger.store.attempts import run_of
 
     key, value = pair(tag, "--group", example="--group sweep=seeds")
-    roots: dict[str, Any] = {}
+    roots: dict[str, str] = {}
     for rid, root, tags, _started in con.execute(
         "SELECT id, coalesce(attempt_of, id), tags, started_at FROM receipts ORDER BY started_at"
     ).fetchall():
@@ -613,7 +619,7 @@ def group_runs(con: Any, tag: str) -> list[Any]:
     return [run_of(con, str(rid)) for rid in roots.values()]
 
 
-def group_report(ledger: Any, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
+def group_report(ledger: Ledger, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
     """Every logical run tagged ``TAG=VALUE`` against the task's gates (or ``spec``), summarised with
     censoring. Raises :class:`BadInput` when the runs train different tasks."""
     from ledger.store import index

@@ -26,12 +26,9 @@ COLOURS = {
 _STATUS_COLOURS = {"succeeded": "#c8e6c9", "failed": "#ffcdd2", "interrupted": "#ffe0b2", "imported": "#e1f5fe"}
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 7200:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.3g} s"
+def _s(seconds: float | None) -> str:
+    """A duration as the gate figures spell it (:func:`ledger.analyses.gates.human`)."""
+    return human("wall_s", seconds)
 
 
 def timeline_svg(g: Goodput, width: int = 960) -> str:
@@ -69,7 +66,7 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img" '
         f'aria-label="{e(f"timeline of run {g.name or g.run_id[:12]}")}">',
-        f"<title>{e(f'{g.name or g.run_id[:12]}: goodput {_pct(g.goodput)} over {_fmt_s(g.wall_s)}')}</title>",
+        f"<title>{e(f'{g.name or g.run_id[:12]}: goodput {_pct(g.goodput)} over {_s(g.wall_s)}')}</title>",
     ]
     for label, y in zip(("attempts", "steps", "badput"), rows_y, strict=True):
         out.append(f'<text x="{left - 6}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">{label}</text>')
@@ -78,7 +75,7 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
     y = rows_y[0]
     for a in g.attempts:
         x0, x1 = x(a.start_s), x(a.end_s)
-        tip = (f"attempt {a.attempt} ({a.id[:12]}), {a.status}: {_fmt_s(a.start_s)} to {_fmt_s(a.end_s)}, "
+        tip = (f"attempt {a.attempt} ({a.id[:12]}), {a.status}: {_s(a.start_s)} to {_s(a.end_s)}, "
                f"steps {a.first_step}-{a.last_step}, {a.steps_lost} recomputed later")
         out.append(f'<rect x="{x0:.2f}" y="{y}" width="{max(x1 - x0, 0.5):.2f}" height="{lane}" '
                    f'fill="{_STATUS_COLOURS.get(a.status, "#eee")}" stroke="#555"><title>{e(tip)}</title></rect>')
@@ -97,12 +94,12 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
         h_l = lane * min(lost / span, 1.0 - min(prod / span, 1.0))
         if h_p > 0:
             out.append(f'<rect x="{x0:.2f}" y="{y + lane - h_p:.2f}" width="{x1 - x0:.2f}" height="{h_p:.2f}" '
-                       f'fill="{COLOURS["productive"]}"><title>{e(_fmt_s(edges[i]))}: productive '
-                       f'{_fmt_s(prod)}</title></rect>')
+                       f'fill="{COLOURS["productive"]}"><title>{e(_s(edges[i]))}: productive '
+                       f'{_s(prod)}</title></rect>')
         if h_l > 0:
             out.append(f'<rect x="{x0:.2f}" y="{y + lane - h_p - h_l:.2f}" width="{x1 - x0:.2f}" '
-                       f'height="{h_l:.2f}" fill="{COLOURS["progress_lost"]}"><title>{e(_fmt_s(edges[i]))}: '
-                       f'lost (recomputed later) {_fmt_s(lost)}</title></rect>')
+                       f'height="{h_l:.2f}" fill="{COLOURS["progress_lost"]}"><title>{e(_s(edges[i]))}: '
+                       f'lost (recomputed later) {_s(lost)}</title></rect>')
     # badput segments, merged below a pixel
     y = rows_y[2]
     merged: list[list[Any]] = []
@@ -114,7 +111,7 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
         else:
             merged.append([x0, x1, s.bucket, s.end_s - s.start_s, s.start_s])
     for x0, x1, bucket, seconds, at in merged:
-        tip = f"{bucket.replace('_', ' ')} at {_fmt_s(at)}: {_fmt_s(seconds)}"
+        tip = f"{bucket.replace('_', ' ')} at {_s(at)}: {_s(seconds)}"
         out.append(f'<rect x="{x0:.2f}" y="{y}" width="{max(x1 - x0, 0.5):.2f}" height="{lane}" '
                    f'fill="{COLOURS[bucket]}"><title>{e(tip)}</title></rect>')
     # axis
@@ -122,7 +119,7 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
     for k in range(6):
         sec = wall * k / 5
         out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
-        out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_fmt_s(sec))}</text>')
+        out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_s(sec))}</text>')
     for lx, ly, key, label in legend:
         out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{COLOURS[key]}"/>')
         out.append(f'<text x="{lx + 14}" y="{ly + 9}">{e(label)}</text>')
@@ -135,16 +132,6 @@ def _pct(value: float | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ terminal
-def _s(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 7200:
-        return f"{value / 3600:.2f} h"
-    if value >= 120:
-        return f"{value / 60:.1f} min"
-    return f"{value:.3f} s"
-
-
 def goodput_tables(g: Goodput) -> None:
     """``ledger goodput REF`` on the terminal: the attempts, where the wall time went, the figures."""
     from rich.table import Table
