@@ -12,8 +12,22 @@ Kept import-light: training processes import ``ledger.sdk`` (which runs this fil
 fast; :mod:`ledger.api` imports what a method needs when it runs.
 """
 
-from ledger.api import LawFitResult, Ledger, PerfFitResult, PlanOutcome, group, open
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger.api import LawFitResult, Ledger, PerfFitResult, PlanOutcome, group, open
 
 __version__ = "0.1.0"
 
 __all__ = ["LawFitResult", "Ledger", "PerfFitResult", "PlanOutcome", "__version__", "group", "open"]
+
+
+def __getattr__(name: str) -> Any:
+    """The facade's names, loaded from :mod:`ledger.api` on first use (``import ledger.sdk`` runs this file)."""
+    if name in __all__:
+        from ledger import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ledger' has no attribute {name!r}")

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from schemas import Factor, Receipt, flatten, leaves
+if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
+    from schemas import Receipt
 
 # Piped output is read by tools and people alike: do not squeeze tables into 80 columns there.
 console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -51,6 +52,8 @@ def receipt(r: Receipt) -> None:
     console.print(f"[bold]{r.id}[/bold]  {r.name or 'unnamed'}  [{r.status}]  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {_fmt(r.duration_s)} s  attempt {r.attempt}")
     console.print("command: " + " ".join(r.command))
+    from schemas import Factor, flatten, leaves
+
     flat = flatten(r)
     factors = dict(leaves())
     by_factor: dict[Factor, list[tuple[str, Any]]] = {}
