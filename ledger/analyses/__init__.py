@@ -32,6 +32,7 @@ module-level ``HEADLINES`` (a list of :class:`ledger.analyses.attribution.Headli
 metric that attribution splits over factors (e.g. time to a quality gate). See
 :func:`ledger.analyses.metrics.providers` and :func:`ledger.analyses.attribution.headlines`.
 
-May import: ``schemas``, ``ledger.errors``, ``ledger.store``, ``ledger.record`` (telemetry facts), ``ledger.ingest``.
+May import: ``schemas``, the core (``ledger.errors``, ``ledger.kv``, ``ledger.mfu``...), ``ledger.store``,
+``ledger.record`` (telemetry facts), ``ledger.ingest``.
 Never ``replay``, ``planning``, ``report`` or ``cli``.
 """
