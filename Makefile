@@ -18,15 +18,15 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.core
-	$(PIP) -e ".[dev,dvc]" nvidia-ml-py pyyaml megatron-core
+	$(PIP) -e ".[dev,dvc,web,tensorboard,hf,lightning]" nvidia-ml-py pyyaml megatron-core
 	@touch $@
 
 $(VENV)/.bench: $(VENV)/.core
-	$(PIP) -e ".[bench]"
+	$(PIP) -e ".[bench,web]"
 	@touch $@
 
 $(VENV)/.demo: $(VENV)/.core
-	$(PIP) -e ".[dvc]"
+	$(PIP) -e ".[dvc,web]"
 	@touch $@
 
 demo: $(VENV)/.demo
@@ -53,4 +53,4 @@ schemas: $(VENV)/.core
 	$(PY) -m schemas.generate
 
 clean:
-	rm -rf $(VENV) receipts .pytest_cache
+	rm -rf $(VENV) receipts demo pipeline .pytest_cache

@@ -29,10 +29,7 @@ if TYPE_CHECKING:
     from ledger.analyses.gates import GroupGates, RunGates
     from ledger.analyses.goodput import Goodput
     from ledger.ingest.api import Imported
-    from ledger.planning.calibrate import PerfFit
-    from ledger.planning.fitting import LawFit
-    from ledger.planning.law import Law
-    from ledger.planning.perf import Calibration
+    from ledger.planning.api import LawReport, PerfReport
     from ledger.planning.plan import PlanResult
     from ledger.record.inprocess import Recording
     from ledger.record.wrapper import RecordResult
@@ -67,35 +64,29 @@ def group(tag_value: str) -> Ref:
 
 @dataclass(frozen=True)
 class LawFitResult:
-    """``Ledger.fit_law``: the fit, the receipts it used and those it skipped (with why)."""
+    """``Ledger.fit_law``: :class:`ledger.planning.api.LawReport` (the fit, the receipts used and skipped)."""
 
-    fit: LawFit
-    loss: str
-    at_tokens: list[float] | None
-    receipts_used: list[str]
-    skipped: list[dict[str, str]]
+    report: LawReport
 
     def to_json(self) -> dict[str, Any]:
-        """What ``ledger fit law --json`` prints (and ``ledger plan --law-from`` reads)."""
-        return self.fit.to_dict() | {"loss": self.loss, "at_tokens": self.at_tokens,
-                                     "receipts_used": self.receipts_used, "skipped": self.skipped}
+        """What ``ledger fit law --json`` prints (and ``ledger plan --law`` reads)."""
+        return self.report.to_dict()
 
 
 @dataclass(frozen=True)
 class PerfFitResult:
-    """``Ledger.fit_perf``: one calibration per hardware profile, and the receipts skipped (with why)."""
+    """``Ledger.fit_perf``: :class:`ledger.planning.api.PerfReport` (one calibration per hardware profile)."""
 
-    profiles: list[PerfFit]
-    skipped: list[dict[str, str]]
+    report: PerfReport
 
     def to_json(self) -> dict[str, Any]:
         """What ``ledger fit perf --json`` prints (and ``ledger plan --perf-from`` reads)."""
-        return {"profiles": [p.to_dict() for p in self.profiles], "skipped": self.skipped}
+        return self.report.to_dict()
 
 
 @dataclass(frozen=True)
 class PlanOutcome:
-    """``Ledger.plan``: the search's result."""
+    """``Ledger.plan``: :class:`ledger.planning.plan.PlanResult`."""
 
     result: PlanResult
 
@@ -208,43 +199,35 @@ class Ledger:
     def fit_law(self, where: str | None = None, *, loss: Literal["train", "val"] = "train",
                 at_tokens: Sequence[float] | None = None, bootstrap: int = 200, inits: int = 24,
                 huber_delta: float | None = None, seed: int = 0) -> LawFitResult:
-        """``ledger fit law``: the sparse-MoE scaling law fitted on the receipts matching ``where``."""
-        from ledger.planning.fitting import fit_law
-        from ledger.planning.observations import law_data, select
-        from ledger.store import index
+        """``ledger fit law``: the sparse-MoE scaling law fitted on the receipts matching ``where``
+        (:func:`ledger.planning.api.fit_law`)."""
+        from ledger.planning import api
 
-        with index.reader(self.store) as con:
-            data, labels, skipped = law_data(con, select(con, where), loss, at_tokens)
-        fit = fit_law(data, inits=inits, bootstrap=bootstrap, huber_delta=huber_delta, seed=seed)
-        return LawFitResult(fit, loss, list(at_tokens) if at_tokens else None, labels,
-                            [{"receipt": s.label, "reason": s.reason} for s in skipped])
+        return LawFitResult(api.fit_law(self.store, where, loss, list(at_tokens) if at_tokens else None,
+                                        bootstrap=bootstrap, inits=inits, huber_delta=huber_delta, seed=seed))
 
     def fit_perf(self, where: str | None = None, *, hardware: str | None = None) -> PerfFitResult:
-        """``ledger fit perf``: the performance model calibrated on the receipts matching ``where``."""
-        from ledger.planning import hardware as profiles
-        from ledger.planning.calibrate import fit_perf
-        from ledger.planning.observations import perf_obs, select
-        from ledger.store import index
+        """``ledger fit perf``: the performance model calibrated on the receipts matching ``where``
+        (:func:`ledger.planning.api.fit_perf`)."""
+        from ledger.planning import api
 
-        with index.reader(self.store) as con:
-            receipts = select(con, where)
-        obs, skipped = perf_obs(receipts, profiles.resolve(hardware) if hardware else None)
-        return PerfFitResult(fit_perf(obs), [{"receipt": s.label, "reason": s.reason} for s in skipped])
+        return PerfFitResult(api.fit_perf(self.store, where, hardware))
 
-    def plan(self, hardware: str, nodes: int, days: float, *, goodput: float = 0.9, law: Law | None = None,
-             calibration: Calibration | None = None, tokens: float | None = None, budget_flops: float | None = None,
-             **space: Any) -> PlanOutcome:
+    def plan(self, hardware: str, nodes: int, days: float, **options: Any) -> PlanOutcome:
         """``ledger plan``: the cluster-optimal geometry and parallel plan for ``nodes`` nodes of ``hardware``
-        (a profile name or file) over ``days``; ``space`` sets fields of :class:`ledger.planning.plan.Space`
-        (``experts=(8, 16)``, ``precision="fp8"``...). A measured goodput: ``lg.goodput(ref).goodput``."""
-        from ledger.planning import hardware as profiles
-        from ledger.planning.law import DEFAULT_LAW
-        from ledger.planning.perf import NOMINAL
-        from ledger.planning.plan import Space, search
+        (a profile name or file) over ``days`` (:func:`ledger.planning.api.plan`). ``options`` are the fields
+        of :class:`ledger.planning.api.PlanRequest` (``goodput=0.85``, ``goodput_from="crashy-run"``,
+        ``law=...``, ``precision="fp8"``...); the grid options (``experts``, ``top_k``, ``granularity``,
+        ``widths``, ``micro_batch``) take sequences of numbers."""
+        from ledger.planning import api
 
-        hw = profiles.resolve(hardware)
-        return PlanOutcome(search(Space(**space), hw, nodes, days, goodput, law or DEFAULT_LAW,
-                                  calibration or NOMINAL, tokens=tokens, budget_flops=budget_flops))
+        grids = ("experts", "top_k", "granularity", "widths", "micro_batch")
+        fields: dict[str, Any] = {k: ",".join(f"{x:g}" for x in v) if k in grids and not isinstance(v, str) else v
+                  for k, v in options.items()}
+        if fields.get("perf_from") is not None:
+            fields["perf_from"] = Path(fields["perf_from"])
+        request = api.PlanRequest(hardware=hardware, nodes=nodes, days=days, **fields)
+        return PlanOutcome(api.plan(request, lambda: self.store))
 
     # ------------------------------------------------------------------------------------- writing
     def ingest(self, kind: IngestKind, path: str | os.PathLike[str], *, name: str | None = None,

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
         Architecture,
         Artifact,
         Batch,
+        Capture,
+        CapturedTable,
         Code,
         Container,
         Data,
@@ -52,6 +54,8 @@ _MODULES = {
     "Artifact": "schemas.receipt",
     "Batch": "schemas.receipt",
     "CAUSAL_FACTORS": "schemas.factors",
+    "Capture": "schemas.receipt",
+    "CapturedTable": "schemas.receipt",
     "Code": "schemas.receipt",
     "Container": "schemas.receipt",
     "Data": "schemas.receipt",
@@ -93,7 +97,8 @@ _MODULES = {
 """Where each public name lives."""
 
 __all__ = [
-    "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Code", "Container",
+    "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Capture", "CapturedTable",
+    "Code", "Container",
     "Data", "Drivers", "Factor", "Gpu", "Hardware", "ImportSource", "Kernels", "Launch", "Launcher", "Link", "Links",
     "Optimizer", "Package", "Parallelism", "Precision", "Problem", "QualityGate", "Receipt", "Router",
     "SchemaVersionError", "Software", "Stack", "Summary", "Task", "Workload", "canonical_json", "content_id",

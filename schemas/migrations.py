@@ -7,6 +7,8 @@ History:
 - v3: ``workload.arguments`` (the ``arguments`` factor), ``optimizer.dropout`` and ``optimizer.min_lr``; the
   optimizer and batch sizes are tagged ``hyperparameters``. Both new fields default to empty: a v2 receipt
   needs only its version raised.
+- v4: ``capture`` (where `ledger record` took each metric table and the configuration from); absent, i.e.
+  null, in older receipts: a v3 receipt needs only its version raised.
 
 ``migrate(data)`` upgrades a raw receipt dict step by step to :data:`SCHEMA_VERSION`. A receipt newer than
 this code raises :class:`SchemaVersionError` (upgrade stackreceipt to read it).
@@ -39,7 +41,11 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 3}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 4}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """MIGRATIONS[v] turns a version-v dict into a version-(v+1) dict."""
 
 

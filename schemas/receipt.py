@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.factors import Factor
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The receipt schema version this code writes. Older versions are migrated on read."""
 
 
@@ -115,7 +115,8 @@ class Drivers(Model):
     gpu_driver: str | None = F(Factor.DRIVERS)
     """NVIDIA kernel driver version (NVML)."""
     cuda_driver: str | None = F(Factor.DRIVERS)
-    """Highest CUDA version the driver supports (NVML), e.g. 12.8."""
+    """CUDA driver: the highest CUDA version the driver supports (NVML, e.g. 12.8), or, where the evidence gives it
+    (an MLPerf system description's cuda_driver_version), the user-mode CUDA driver's version, e.g. 550.54.15."""
     cuda_runtime: str | None = F(Factor.DRIVERS)
     """CUDA runtime torch was built with (torch.version.cuda, from inside the process)."""
     nccl: str | None = F(Factor.DRIVERS)
@@ -511,6 +512,43 @@ class ImportSource(Model):
     """Lines that looked like evidence but did not parse (listed in problems)."""
 
 
+class CapturedTable(Model):
+    """Where one metric table of a recorded launch came from."""
+
+    table: str = F(Factor.RECORD)
+    """steps or evals."""
+    rows: int = F(Factor.RECORD, 0)
+    """Rows the source gave."""
+    source: str = F(Factor.RECORD)
+    """sdk (the training process), output (its stdout/stderr), trainer_state.json, metrics.csv, tensorboard."""
+    format: str | None = F(Factor.RECORD)
+    """The format of the source: hf-trainer, nanogpt, torchtitan, deepspeed, open-instruct, key-value,
+    pattern (``--parse``), megatron, lightning-csv, tensorboard."""
+    path: str | None = F(Factor.RECORD)
+    """The file read, relative to the launch's directory where it lies under it."""
+    metrics: tuple[str, ...] = F(Factor.RECORD, default=())
+    """Names of the metrics it gave (step columns and extra keys; for evals, split/metric)."""
+    ordinal_steps: bool = F(Factor.RECORD, False)
+    """The source prints no step numbers: its rows are numbered 1, 2, ... in the order printed."""
+
+
+class Capture(Model):
+    """What `ledger record` captured of a launch without help from its code, and from where."""
+
+    tables: tuple[CapturedTable, ...] = F(Factor.RECORD, default=())
+    """The source of each metric table that has rows."""
+    also_found: tuple[CapturedTable, ...] = F(Factor.RECORD, default=())
+    """Other sources that held metrics but were not used (a table comes from one source only)."""
+    config_keys: int = F(Factor.RECORD, 0)
+    """Keys of ``workload.arguments`` captured from the command line and config files."""
+    config_sources: tuple[str, ...] = F(Factor.RECORD, default=())
+    """argv and each config file read, as named on the command line."""
+    unparsed_lines: int = F(Factor.RECORD, 0)
+    """Output lines that looked like steps of the chosen format but did not parse (listed in problems)."""
+    line: str = F(Factor.RECORD, "")
+    """The sentence `ledger record` printed about it."""
+
+
 class Summary(Model):
     """Headline figures derived from the metric tables at publish time."""
 
@@ -590,3 +628,5 @@ class Receipt(Model):
     """Headline figures."""
     problems: tuple[Problem, ...] = F(Factor.RECORD, default=())
     """What went wrong while capturing (probes, malformed metric lines)."""
+    capture: Capture | None = F(Factor.RECORD)
+    """For launches recorded by `ledger record`: where each metric table and the configuration came from."""

@@ -23,6 +23,10 @@ STEPS = pa.schema(
         pa.field("step_time_s", pa.float64(), metadata={"doc": "Wall time of the step."}),
         pa.field("tokens_per_s", pa.float64(), metadata={"doc": "Throughput of the step, all ranks."}),
         pa.field("flops_per_s", pa.float64(), metadata={"doc": "Achieved model FLOP/s, all ranks."}),
+        pa.field("tflops_per_device", pa.float64(),
+                 metadata={"doc": "Model TFLOP/s per device as the training framework printed it (its own FLOPs "
+                                  "formula), e.g. Megatron's 'throughput per GPU (TFLOP/s/GPU)'."}),
+        pa.field("global_batch", pa.int64(), metadata={"doc": "Samples in the step's global batch, all ranks."}),
         pa.field("aux_loss", pa.float64(), metadata={"doc": "Load-balancing loss (unweighted)."}),
         pa.field("z_loss", pa.float64(), metadata={"doc": "Router z-loss (unweighted)."}),
         pa.field("loss_scale", pa.float64(), metadata={"doc": "Loss scale (fp16)."}),

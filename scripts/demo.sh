@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: replay the demo matrix of params.yaml with `dvc repro` (a baseline MoE run on the reference
 # runner's `tiny` config on CPU, single-factor variants and their combination, each under `ledger record`),
-# then print the comparison and list the receipts. Receipts go to ./receipts.
+# then print the comparison and list the receipts. Receipts go to the demo's own ledger, demo/receipts
+# (params.yaml's `ledger`), so the README Quickstart's ./receipts starts empty.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" DVC_NO_ANALYTICS=1
@@ -10,6 +11,7 @@ dvc repro
 echo
 cat pipeline/compare.md
 echo
-ledger ls --where "tag.pipeline=dvc"
+ledger ls --ledger demo/receipts --where "tag.pipeline=dvc"
 echo
-echo "Next:  ledger show baseline    ledger compare baseline bf16    ledger report baseline bf16 --html report.html"
+echo "Next:  ledger --ledger demo/receipts compare baseline bf16-capacity    ledger serve --ledger demo/receipts"
+echo "       (or the README Quickstart, which records into ./receipts)"

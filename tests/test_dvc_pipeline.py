@@ -1,6 +1,7 @@
 """The project's dvc.yaml/params.yaml, run for real with `dvc repro` in a temporary git repository on the
 tiny config: the first repro records every run and the comparison, a second one skips every stage, and
-changing one run's parameters reruns that run and the comparison only."""
+changing one run's parameters reruns that run and the comparison only. Then the README Quickstart, command
+by command, in the same repository (the demo's runs live in their own ledger, so its names do not collide)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _sh(args: list[str], cwd: Path, timeout: float = 600) -> str:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("pipeline")
-    for name in ("dvc.yaml", "scripts/pipeline_report.py", ".gitignore", ".dvcignore"):
+    for name in ("dvc.yaml", "scripts/pipeline_report.py", "scripts/plots/runs.json", ".gitignore", ".dvcignore"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)
     shutil.copytree(ROOT / "runners", repo / "runners", ignore=shutil.ignore_patterns("__pycache__"))
@@ -41,19 +42,46 @@ def _ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
 
 
-def test_repro_runs_skips_and_reruns_one_stage(repo: Path) -> None:
-    first = _sh([str(BIN / "dvc"), "repro"], repo)
-    assert _ran(first) == {"run@baseline", "run@bf16", "run@capacity", "run@bf16-capacity", "compare"}
+@pytest.fixture(scope="module")
+def first_repro(repo: Path) -> str:
+    return _sh([str(BIN / "dvc"), "repro"], repo)
+
+
+def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> None:
+    assert _ran(first_repro) == {"run@baseline", "run@bf16", "run@capacity", "run@bf16-capacity", "run@baseline-s1",
+                                 "run@bf16-capacity-s1", "compare"}
     ids = {p.stem: p.read_text().strip() for p in (repo / "pipeline" / "runs").glob("*.id")}
-    assert len(ids) == 4 and all(re.fullmatch(r"[0-9a-f]{64}", i) for i in ids.values())
-    assert all((repo / "receipts" / i / "receipt.json").is_file() for i in ids.values())
+    assert len(ids) == 6 and all(re.fullmatch(r"[0-9a-f]{64}", i) for i in ids.values())
+    assert all((repo / "demo" / "receipts" / i / "receipt.json").is_file() for i in ids.values())
+    assert not (repo / "receipts").exists()  # the demo's own ledger: the Quickstart's ./receipts starts empty
     report = json.loads((repo / "pipeline" / "compare.json").read_text())
     assert {c["factor"] for c in report["changed_factors"]} == {"precision", "router"}
+    # each compared run's replicate (another seed) joined its side: the verdict rests on 2 vs 2 runs
+    assert next(m for m in report["metrics"] if m["name"] == "tokens/s per device")["n"] == [2, 2]
     assert (repo / "pipeline" / "compare.md").read_text().strip()
     header = (repo / "pipeline" / "loss.csv").read_text().splitlines()[0]
     assert header == "run,tokens,loss"
-    metrics = _sh([str(BIN / "dvc"), "metrics", "show"], repo)
-    assert "compare.json" in metrics
+
+    # `dvc metrics show`: throughput and loss of both sides, as flat keys, with the values of compare.json
+    metrics = _sh([str(BIN / "dvc"), "metrics", "show", "--json"], repo)
+    shown = json.loads(metrics)
+    flat = next(iter(shown.values()))["data"]["pipeline/metrics.json"]["data"]
+    by_name = {m["name"]: m for m in report["metrics"]}
+    for key, name in (("tokens_per_s_per_device", "tokens/s per device"), ("loss_at_matched_tokens",
+                                                                            "loss @ matched tokens")):
+        for side in ("a", "b"):
+            assert flat[f"{key}.{side}"] == pytest.approx(by_name[name][side])
+    table = _sh([str(BIN / "dvc"), "metrics", "show"], repo)
+    for key in ("tokens_per_s_per_device.a", "tokens_per_s_per_device.b", "loss_at_matched_tokens.a",
+                "loss_at_matched_tokens.b"):
+        assert key in table
+
+    # `dvc plots`: the repository's template colours by the csv's run column, so each run is its own line
+    plots = json.loads(_sh([str(BIN / "dvc"), "plots", "show", "--json"], repo))
+    (spec,) = [p for p in plots["data"]["pipeline/loss.csv"] if p.get("type") == "vega"]
+    content = spec["content"]
+    assert content["encoding"]["color"]["field"] == "run"
+    assert {d["run"] for d in content["data"]["values"]} == set(ids)
 
     second = _sh([str(BIN / "dvc"), "repro"], repo)
     assert _ran(second) == set() and "didn't change, skipping" in second
@@ -65,5 +93,35 @@ def test_repro_runs_skips_and_reruns_one_stage(repo: Path) -> None:
     assert _ran(third) == {"run@bf16", "compare"}
     new = (repo / "pipeline" / "runs" / "bf16.id").read_text().strip()
     assert new != ids["bf16"]
-    receipt = json.loads((repo / "receipts" / new / "receipt.json").read_text())
+    receipt = json.loads((repo / "demo" / "receipts" / new / "receipt.json").read_text())
     assert receipt["workload"]["seed"] == 1
+
+
+def _quickstart() -> list[str]:
+    """The README Quickstart's `ledger` commands, in order (the cluster launch and comments left out)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        line = line.split("  #", 1)[0].strip()
+        if line.startswith("ledger ") and "torchrun" not in line:
+            commands.append(line)
+    return commands
+
+
+@pytest.mark.slow
+def test_readme_quickstart_after_the_demo(repo: Path, first_repro: str) -> None:
+    import shlex
+
+    commands = _quickstart()
+    assert [c.split()[1] for c in commands] == ["record", "record", "ls", "show", "compare", "report", "query"]
+    for command in commands:
+        args = shlex.split(command)
+        if args[1] == "record":  # the tiny config, shortened as in the pipeline above
+            args += ["--set", "steps=8"]
+        out = _sh([str(BIN / args[0]), *args[1:]], repo)
+        if args[1] == "ls":
+            assert "baseline" in out and "bf16" in out and "2 receipt(s)" in out
+        if args[1] == "compare":
+            assert "precision" in out
+    assert (repo / "report.html").read_text().count("<svg") >= 3

@@ -5,7 +5,8 @@ lazy ones count: a lazy import up the stack is still an arrow up) — and each m
 not higher than the importer's own. The order, lowest first:
 
     schemas < core (ledger.errors, ledger.redact, ledger.sdk, ledger.kv, ledger.mfu, and
-      ledger.store.layout: the names of the directories, which the SDK writes by) < store < ingest
+      ledger.store.layout: the names of the directories, which the SDK writes by) < integrations
+      (adapters that speak the SDK) < store < ingest
       < record < analyses < replay < planning < report < the facade (ledger/__init__, ledger.api) < cli
 
 ``schemas`` imports nothing of ``ledger``; ``runners`` import only ``ledger.sdk`` of it.
@@ -22,11 +23,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ORDER = ("schemas", "core", "store", "ingest", "record", "analyses", "replay", "planning", "report", "facade",
-         "cli")
+ORDER = ("schemas", "core", "integrations", "store", "ingest", "record", "analyses", "replay", "planning", "report",
+         "facade", "cli")
 """Parts of the house, lowest first. A module may import its own part and those before it."""
 RANK = {part: i for i, part in enumerate(ORDER)}
-PACKAGES = ("store", "ingest", "record", "analyses", "replay", "planning", "report", "cli")
+PACKAGES = ("integrations", "store", "ingest", "record", "analyses", "replay", "planning", "report", "cli")
 CORE = ("errors", "redact", "sdk", "kv", "mfu")
 FACADE = ("api",)
 

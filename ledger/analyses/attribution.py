@@ -17,13 +17,15 @@ changed together") with its share, and the runs that would split it are listed
 (:mod:`ledger.analyses.ablations`). The **unexplained** remainder is the part of the total not credited to
 any single factor (the confounded steps; all of it when no causal factor differs).
 
-**Uncertainty.** Each node's value has bootstrap draws (resampling steps within runs, and runs within a
-node of several replicates). Attribution compares *different runs*, so the draws also get run-to-run noise:
-a normal term with the headline's ``run_noise`` SD (on the log scale; divided by the square root of the
-node's runs), half the metric's noise threshold by default (throughput 2.5%, loss 0.5%) — machine noise a
-within-run bootstrap cannot see. The shares are recomputed per draw, and their percentile intervals are
-the CIs. Headline metrics are a registry: :data:`BUILTIN_HEADLINES` plus the ``HEADLINES`` of any other
-module of :mod:`ledger.analyses` (time to a quality gate plugs in there).
+**Uncertainty.** A node's value is the mean of its runs' values; how much it could move is decided by the
+run-to-run variance of one configuration (the unit of evidence is the run), pooled from the nodes that hold
+several runs (replicates) and the ledger's noise floor for the headline on that hardware
+(:mod:`ledger.analyses.evidence`). Draws put a Student t deviate of SD ``s / sqrt(runs)`` on every node; the
+shares are recomputed per draw, and their percentile intervals are the CIs. **Coherence**: when the total's
+interval contains zero, no share is credited (every share is "indistinguishable from noise"); a share whose
+interval contains zero is "indistinguishable from noise" too; without any between-run evidence the shares
+are point estimates marked "inconclusive". Headline metrics are a registry: :data:`BUILTIN_HEADLINES` plus
+the ``HEADLINES`` of any other module of :mod:`ledger.analyses` (time to a quality gate plugs in there).
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses import matched, stats
+from ledger.analyses.evidence import Floor
 from ledger.analyses.groups import SEED, Catalog, Side
 from ledger.analyses.metrics import Direction, tokens_per_s_per_device
 from ledger.analyses.series import RunData
@@ -62,7 +65,7 @@ class Lattice:
     nodes: dict[Subset, tuple[str, ...]]
     """Subset of F taken from B -> receipt ids at that node (A's at the empty set, B's at F)."""
     free: frozenset[str]
-    """Factors not compared (the seed, when a side is a replicate group)."""
+    """Factors not compared: the seed (a seed change is run-to-run noise, never a cause)."""
 
     def edges(self) -> list[tuple[Subset, Subset]]:
         """Pairs of existing nodes one factor apart (the ablation graph between A and B)."""
@@ -71,7 +74,7 @@ class Lattice:
 
 def build_lattice(catalog: Catalog, a: Side, b: Side) -> Lattice:
     """The lattice between two sides over every receipt of the catalog."""
-    free = frozenset({SEED}) if a.is_group or b.is_group else frozenset()
+    free = frozenset({SEED})  # a seed change is run-to-run noise, never a cause
     ref_a, ref_b = catalog[a.ids[0]].factors, catalog[b.ids[0]].factors
     order = [f.value for f in CAUSAL_FACTORS if f.value not in free]
     changed = tuple(f for f in order if ref_a[f] != ref_b[f])
@@ -101,21 +104,38 @@ def build_lattice(catalog: Catalog, a: Side, b: Side) -> Lattice:
 # ------------------------------------------------------------------------------------------- headlines
 @dataclass(frozen=True)
 class NodeValues:
-    """A headline's value at each node, on a log scale, with bootstrap draws."""
+    """A headline's value at each node, on a log scale: per run, and their mean."""
 
     point: NDArray[np.float64]
-    """(nodes,) log values; NaN where the node has none."""
-    draws: NDArray[np.float64]
-    """(n_boot, nodes) draws of the log values."""
+    """(nodes,) mean of the runs' log values; NaN where the node has none."""
+    runs: list[list[float]]
+    """Per node, each run's log value (empty where the node has none)."""
     missing: dict[int, str] = field(default_factory=dict)
     """Node index -> why it has no value."""
     note: str = ""
 
 
+def node_values(per_run: Sequence[Sequence[float | str]], note: str) -> NodeValues:
+    """NodeValues from each node's per-run log values (a string: why that run has none)."""
+    point = np.full(len(per_run), math.nan)
+    runs: list[list[float]] = []
+    missing: dict[int, str] = {}
+    for i, values in enumerate(per_run):
+        why = next((v for v in values if isinstance(v, str)), None)
+        if why is not None or not values:
+            missing[i] = why or "no runs"
+            runs.append([])
+            continue
+        logs = [float(v) for v in values]
+        runs.append(logs)
+        point[i] = float(np.mean(logs))
+    return NodeValues(point, runs, missing, note)
+
+
 @runtime_checkable
 class Headline(Protocol):
-    """A headline metric attribution splits over factors. ``values`` gets the runs of each node. An optional
-    ``run_noise`` attribute (see the module docstring) adds run-to-run noise to the draws."""
+    """A headline metric attribution splits over factors. ``values`` gets the runs of each node and returns
+    each run's log value."""
 
     @property
     def name(self) -> str:
@@ -123,27 +143,15 @@ class Headline(Protocol):
 
     @property
     def metric(self) -> str:
-        """The row of the metrics table it corresponds to (e.g. 'tokens/s per device'), or a description."""
+        """The row of the metrics table it corresponds to (e.g. 'tokens/s per device'); its noise floor is
+        the row's."""
 
     @property
     def direction(self) -> Direction:
         """Which way is better."""
 
-    # Optional attribute ``run_noise: float``: SD of one run's log value between runs of one configuration
-    # (machine noise), added to the draws; absent or 0 adds none.
-
-    def values(self, nodes: Sequence[Sequence[RunData]], rng: np.random.Generator, n_boot: int) -> NodeValues:
-        """Log values and bootstrap draws per node."""
-
-
-def _combine_runs(points: list[float], draws: list[NDArray[np.float64]], rng: np.random.Generator,
-                  n_boot: int) -> tuple[float, NDArray[np.float64]]:
-    """A node's value from its runs: the mean of their log values; draws resample runs, then within runs."""
-    if len(points) == 1:
-        return points[0], draws[0]
-    stacked = np.stack(draws, axis=1)  # (n_boot, runs)
-    pick = rng.integers(0, len(points), size=(n_boot, len(points)))
-    return float(np.mean(points)), stacked[np.arange(n_boot)[:, None], pick].mean(axis=1)
+    def values(self, nodes: Sequence[Sequence[RunData]]) -> NodeValues:
+        """Per-run log values per node."""
 
 
 @dataclass(frozen=True)
@@ -153,24 +161,16 @@ class Throughput:
     name: str = "throughput"
     metric: str = "tokens/s per device"
     direction: Direction = "higher"
-    run_noise: float = 0.025
 
-    def values(self, nodes: Sequence[Sequence[RunData]], rng: np.random.Generator, n_boot: int) -> NodeValues:
-        point = np.full(len(nodes), math.nan)
-        draws = np.full((n_boot, len(nodes)), math.nan)
-        missing: dict[int, str] = {}
-        for i, runs in enumerate(nodes):
-            points, run_draws = [], []
+    def values(self, nodes: Sequence[Sequence[RunData]]) -> NodeValues:
+        per_run: list[list[float | str]] = []
+        for runs in nodes:
+            got: list[float | str] = []
             for run in runs:
                 x = tokens_per_s_per_device(run)
-                if isinstance(x, str):
-                    missing[i] = f"{run.label}: {x}"
-                    break
-                points.append(math.log(float(np.median(x))))
-                run_draws.append(np.log(stats.bootstrap_quantile(x, 0.5, rng, n_boot)))
-            else:
-                point[i], draws[:, i] = _combine_runs(points, run_draws, rng, n_boot)
-        return NodeValues(point, draws, missing, "log of the median tokens/s per device")
+                got.append(f"{run.label}: {x}" if isinstance(x, str) else math.log(stats.median(x)))
+            per_run.append(got)
+        return node_values(per_run, "log of the median tokens/s per device")
 
 
 @dataclass(frozen=True)
@@ -180,37 +180,29 @@ class LossAtTokens:
     name: str = "loss at matched tokens"
     metric: str = "loss @ matched tokens"
     direction: Direction = "lower"
-    run_noise: float = 0.005
 
-    def values(self, nodes: Sequence[Sequence[RunData]], rng: np.random.Generator, n_boot: int) -> NodeValues:
-        point = np.full(len(nodes), math.nan)
-        draws = np.full((n_boot, len(nodes)), math.nan)
-        missing: dict[int, str] = {}
+    def values(self, nodes: Sequence[Sequence[RunData]]) -> NodeValues:
         curves: list[matched.Curve] = []
         owner: list[int] = []
+        broken: dict[int, str] = {}
         for i, runs in enumerate(nodes):
             for run in runs:
                 c = matched.curve(run, "tokens")
                 if isinstance(c, str):
-                    missing[i] = f"{run.label}: {c}"
+                    broken[i] = f"{run.label}: {c}"
                 else:
                     curves.append(c)
                     owner.append(i)
-        keep = [k for k, i in enumerate(owner) if i not in missing]
+        keep = [k for k, i in enumerate(owner) if i not in broken]
         curves, owner = [curves[k] for k in keep], [owner[k] for k in keep]
         grid = matched.common_grid(curves)
         if isinstance(grid, str):
-            return NodeValues(point, draws, {i: grid for i in range(len(nodes))})
-        values = matched.matched_values(curves, grid)
-        if (values <= 0).any():
-            return NodeValues(point, draws, {i: "non-positive loss: no log scale" for i in range(len(nodes))})
-        run_point = np.log(values.mean(axis=0))
-        run_draws = np.log(stats.paired_bootstrap_means(values, rng, n_boot))
-        for i in sorted(set(owner)):
-            cols = [k for k, o in enumerate(owner) if o == i]
-            point[i], draws[:, i] = _combine_runs([float(run_point[k]) for k in cols],
-                                                  [run_draws[:, k] for k in cols], rng, n_boot)
-        return NodeValues(point, draws, missing, "log of the " + matched.describe("tokens", grid))
+            return node_values([[grid] for _ in nodes], "")
+        values = matched.matched_values(curves, grid).mean(axis=0)
+        per_run: list[list[float | str]] = [[broken[i]] if i in broken else [] for i in range(len(nodes))]
+        for k, i in enumerate(owner):
+            per_run[i].append(math.log(values[k]) if values[k] > 0 else "non-positive loss: no log scale")
+        return node_values(per_run, "log of the " + matched.describe("tokens", grid))
 
 
 BUILTIN_HEADLINES: tuple[Headline, ...] = (Throughput(), LossAtTokens())
@@ -279,12 +271,26 @@ class Share:
     factors: tuple[str, ...]
     share: float
     """Contribution to log(B / A) (natural log)."""
-    ci: tuple[float, float]
-    """Percentile bootstrap interval of the share."""
+    ci: tuple[float, float] | None
+    """Percentile interval of the share under the run-to-run noise (None without between-run evidence)."""
     spread: tuple[float, float]
     """Smallest and largest contribution over the paths averaged (their difference: interaction)."""
     fraction: float | None
     """share / total (None when the total is 0)."""
+    verdict: str = "inconclusive"
+    """credited (its interval excludes zero and so does the total's), indistinguishable from noise, or
+    inconclusive (no between-run evidence: no interval)."""
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run-to-run variance the intervals rest on."""
+
+    sd: float
+    """SD of one run's log value."""
+    df: int
+    source: str
+    """e.g. 'replicates at 3 nodes (5 df) + noise floor 4.8% (...)'."""
 
 
 @dataclass(frozen=True)
@@ -313,8 +319,10 @@ class HeadlineAttribution:
     reason: str | None = None
     """Why the headline could not be attributed."""
     note: str = ""
-    run_noise: float = 0.0
-    """The run-to-run noise SD added to the draws."""
+    noise: Noise | None = None
+    """The between-run variance behind the intervals; None: no evidence (point estimates only)."""
+    total_verdict: str = "inconclusive"
+    """significant (the total's interval excludes zero), indistinguishable from noise, or inconclusive."""
 
     @property
     def shapley(self) -> bool:
@@ -322,19 +330,37 @@ class HeadlineAttribution:
         return self.orders == self.orders_possible and self.orders > 0
 
 
-def _share(factors: tuple[str, ...], contrib: NDArray[np.float64], draws: NDArray[np.float64], total: float,
-           level: float) -> Share:
-    return Share(factors, float(contrib.mean()), stats.percentile_interval(draws, level),
-                 (float(contrib.min()), float(contrib.max())), float(contrib.mean()) / total if total else None)
+def _noise(vals: NodeValues, floor: Floor | None) -> Noise | None:
+    """Pooled run-to-run SD from nodes with several runs, plus the noise floor."""
+    ss, df, nodes = 0.0, 0, 0
+    for runs in vals.runs:
+        if len(runs) >= 2:
+            x = np.asarray(runs)
+            ss += float(((x - x.mean()) ** 2).sum())
+            df += x.size - 1
+            nodes += 1
+    parts = [f"replicates at {nodes} node{'s' * (nodes != 1)} ({df} df)"] if df else []
+    if floor is not None and floor.log_scale:
+        ss += floor.df * floor.sd**2
+        df += floor.df
+        parts.append(floor.describe())
+    if df == 0:
+        return None
+    return Noise(math.sqrt(ss / df), df, " + ".join(parts))
+
+
+def _excludes_zero(ci: tuple[float, float] | None) -> bool:
+    return ci is not None and (ci[0] > 0 or ci[1] < 0)
 
 
 def attribute(lattice: Lattice, headline: Headline, node_runs: Mapping[Subset, Sequence[RunData]],
-              rng: np.random.Generator, n_boot: int, level: float = 0.95) -> HeadlineAttribution:
-    """Split ``headline``'s log-ratio from A to B over the lattice's factors."""
+              rng: np.random.Generator, n_boot: int, level: float = 0.95,
+              floor: Floor | None = None) -> HeadlineAttribution:
+    """Split ``headline``'s log-ratio from A to B over the lattice's factors (the module docstring)."""
     keys = list(node_runs)
     index = {s: i for i, s in enumerate(keys)}
     full = frozenset(lattice.factors)
-    vals = headline.values([node_runs[s] for s in keys], rng, n_boot)
+    vals = headline.values([node_runs[s] for s in keys])
     possible = math.factorial(len(lattice.factors))
 
     def unavailable(reason: str) -> HeadlineAttribution:
@@ -342,24 +368,27 @@ def attribute(lattice: Lattice, headline: Headline, node_runs: Mapping[Subset, S
                                    None, [], 0, possible, reason, vals.note)
 
     for end, side in ((frozenset(), "A"), (full, "B")):
-        if end not in index or end in {keys[i] for i in vals.missing} or not math.isfinite(vals.point[index[end]]):
+        if end not in index or index[end] in vals.missing or not math.isfinite(vals.point[index[end]]):
             why = vals.missing.get(index.get(end, -1), "no value")
             return unavailable(f"{side}: {why}")
-    noise = float(getattr(headline, "run_noise", 0.0) or 0.0)
-    if noise > 0:
-        sizes = np.array([max(1, len(node_runs[s])) for s in keys], dtype=np.float64)
-        vals = replace(vals, draws=vals.draws + rng.standard_normal(vals.draws.shape) * (noise / np.sqrt(sizes)))
-    total = float(vals.point[index[full]] - vals.point[index[frozenset()]])
-    total_draws = vals.draws[:, index[full]] - vals.draws[:, index[frozenset()]]
-    total_ci = stats.percentile_interval(total_draws, level)
+    noise = _noise(vals, floor)
+    draws = None
+    if noise is not None:
+        from scipy import stats as sps
+
+        sizes = np.array([max(1, len(r)) for r in vals.runs], dtype=np.float64)
+        deviates = sps.t.rvs(noise.df, size=(n_boot, len(keys)), random_state=rng)
+        draws = vals.point[None, :] + deviates * (noise.sd / np.sqrt(sizes))[None, :]
+    a, b = index[frozenset()], index[full]
+    total = float(vals.point[b] - vals.point[a])
+    total_ci = stats.percentile_interval(draws[:, b] - draws[:, a], level) if draws is not None else None
+    total_verdict = ("inconclusive" if total_ci is None else
+                     "significant" if _excludes_zero(total_ci) else "indistinguishable from noise")
     if not lattice.factors:
         return HeadlineAttribution(headline.name, headline.metric, headline.direction, total, total_ci, [], [],
-                                   total, total_ci, [], 0, 1, None, vals.note, noise)
+                                   total, total_ci, [], 0, 1, None, vals.note, noise, total_verdict)
     available = {s for s in keys if math.isfinite(vals.point[index[s]])}
-    if len(lattice.factors) > MAX_FACTORS:
-        paths = [[frozenset(), full]]
-    else:
-        paths = longest_paths(available, full)
+    paths = [[frozenset(), full]] if len(lattice.factors) > MAX_FACTORS else longest_paths(available, full)
     # keep the paths of the most common partition into steps (stable tie-break)
     partitions = Counter(frozenset(t - s for s, t in itertools.pairwise(p)) for p in paths)
     best = max(partitions.items(), key=lambda kv: (kv[1], -len(kv[0]), sorted(sorted(x) for x in kv[0])))[0]
@@ -371,20 +400,46 @@ def attribute(lattice: Lattice, headline: Headline, node_runs: Mapping[Subset, S
     for k, p in enumerate(paths):
         for s, t in itertools.pairwise(p):
             contrib[t - s][k] = vals.point[index[t]] - vals.point[index[s]]
-            contrib_draws[t - s] += vals.draws[:, index[t]] - vals.draws[:, index[s]]
+            if draws is not None:
+                contrib_draws[t - s] += draws[:, index[t]] - draws[:, index[s]]
     shares: list[Share] = []
     confounded: list[Share] = []
     for st in steps:
         factors = tuple(f for f in order if f in st)
-        share = _share(factors, contrib[st], contrib_draws[st] / len(paths), total, level)
+        c = contrib[st]
+        ci = stats.percentile_interval(contrib_draws[st] / len(paths), level) if draws is not None else None
+        verdict = ("inconclusive" if ci is None else
+                   "credited" if _excludes_zero(ci) and total_verdict == "significant" else
+                   "indistinguishable from noise")
+        share = Share(factors, float(c.mean()), ci, (float(c.min()), float(c.max())),
+                      float(c.mean()) / total if total else None, verdict)
         (shares if len(st) == 1 else confounded).append(share)
-    single = sum((contrib_draws[st] / len(paths) for st in steps if len(st) == 1), np.zeros(n_boot))
     unexplained = total - sum(s.share for s in shares)
+    unexplained_ci = None
+    if draws is not None:
+        single = sum((contrib_draws[st] / len(paths) for st in steps if len(st) == 1), np.zeros(n_boot))
+        unexplained_ci = stats.percentile_interval(draws[:, b] - draws[:, a] - single, level)
     orders = len(paths) if all(len(st) == 1 for st in steps) else 0
     shown = [[sorted(t - s, key=order.index) for s, t in itertools.pairwise(p)] for p in paths[:24]]
     return HeadlineAttribution(headline.name, headline.metric, headline.direction, total, total_ci, shares,
-                               confounded, unexplained, stats.percentile_interval(total_draws - single, level),
-                               shown, orders, possible, None, vals.note, noise)
+                               confounded, unexplained, unexplained_ci, shown, orders, possible, None, vals.note,
+                               noise, total_verdict)
+
+
+def confounded_sets(lattice: Lattice) -> list[tuple[str, ...]]:
+    """Factor sets that changed together on the longest paths through the receipts that exist: decided by the
+    factor diff and the lattice alone, whatever metrics the runs have."""
+    if not lattice.factors:
+        return []
+    full = frozenset(lattice.factors)
+    paths = [[frozenset(), full]] if len(lattice.factors) > MAX_FACTORS else longest_paths(set(lattice.nodes), full)
+    order = [f.value for f in CAUSAL_FACTORS]
+    found: dict[tuple[str, ...], None] = {}
+    for p in paths:
+        for s, t in itertools.pairwise(p):
+            if len(t - s) > 1:
+                found.setdefault(tuple(f for f in order if f in t - s))
+    return list(found)
 
 
 def missing_nodes(lattice: Lattice) -> list[tuple[Subset, Subset]]:

@@ -14,25 +14,29 @@ returns a :class:`Comparison`; rendering is elsewhere (:mod:`ledger.report`). JS
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from ledger.analyses.ablations import MissingRun, missing_run
 from ledger.analyses.attribution import (
+    Headline,
     HeadlineAttribution,
     Lattice,
     Share,
     attribute,
     build_lattice,
+    confounded_sets,
     headlines,
     missing_nodes,
 )
 from ledger.analyses.diff import FactorDiff, check_task, factor_diff
+from ledger.analyses.evidence import HARDWARE, Floor, commands_for_replicates, floor_groups, learn_floor, replicates_of
 from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
-from ledger.analyses.metrics import MetricRow, Plugins, Settings, compare_all, plugins
-from ledger.analyses.series import RunData, load_run
+from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, compare_all, plugins
+from ledger.analyses.series import RunData, load_run, load_run_cached
 from schemas import Receipt
 
 
@@ -56,6 +60,13 @@ class CompareOptions:
     """Build the ablation lattice and split the headline metrics over factors."""
     plugins: bool = True
     """Add the metrics and headlines of the other modules of :mod:`ledger.analyses` (goodput, gates...)."""
+    replicates: bool = True
+    """A one-receipt side also takes the ledger's replicates of it (same configuration, another seed)."""
+    noise_floor: bool = True
+    """Use the noise floor learned from the ledger's replicate groups on the same hardware."""
+    judge_same_config: bool = False
+    """Judge A and B even when they are one configuration (A/A calibration); otherwise such a comparison
+    reports them as replicates and gives no verdict beyond run-to-run noise."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +82,14 @@ class Comparison:
     is a replicate group)."""
     same_config: bool
     """A and B differ in no causal factor but, possibly, the seed: every difference is run-to-run noise."""
+    identical: bool
+    """One run per side, the same configuration and bit-identical loss curves."""
     replicates: dict[str, list[str]]
-    """For a one-receipt side: other receipts of the ledger identical to it but for the seed."""
+    """Per one-receipt side: the replicates of it that joined the side (identical but for the seed)."""
+    confounded_sets: list[tuple[str, ...]]
+    """Factor sets that changed together (from the factor diff and the lattice, whatever metrics exist)."""
+    next_steps: list[str]
+    """Commands that get the missing evidence (replicates, ablation runs)."""
     metrics: list[MetricRow]
     """Every metric side by side."""
     attribution: list[HeadlineAttribution]
@@ -87,16 +104,16 @@ class Comparison:
     catalog: Catalog = field(repr=False)
 
     def confounded(self) -> list[dict[str, Any]]:
-        """Factor sets that changed together, with each headline's share of them."""
-        found: dict[tuple[str, ...], dict[str, Any]] = {}
+        """Factor sets that changed together, with each headline's share of them where it was measured."""
+        found: dict[tuple[str, ...], dict[str, Any]] = {
+            s: {"factors": list(s), "message": f"confounded: {', '.join(s)} changed together", "shares": {}}
+            for s in self.confounded_sets
+        }
         for att in self.attribution:
             for share in att.confounded:
-                item = found.setdefault(share.factors, {
-                    "factors": list(share.factors),
-                    "message": f"confounded: {', '.join(share.factors)} changed together",
-                    "shares": {},
-                })
-                item["shares"][att.headline] = {"share": share.share, "ci": list(share.ci)}
+                if share.factors in found:
+                    found[share.factors]["shares"][att.headline] = {
+                        "share": share.share, "ci": list(share.ci) if share.ci else None, "verdict": share.verdict}
         return list(found.values())
 
 
@@ -120,6 +137,17 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     groups = side_a.is_group or side_b.is_group
     diff = factor_diff(receipt(side_a.ids[0]), receipt(side_b.ids[0]), ignore=(SEED,) if groups else ())
     comparable = check_task(diff, options.allow_task_change)
+    same_config = not (set(diff.factors) - {SEED})
+    judged = not same_config or options.judge_same_config
+    replicates: dict[str, list[str]] = {}
+    if options.replicates and judged:
+        taken = set(side_a.ids) | set(side_b.ids)
+        sides = []
+        for side in (side_a, side_b):
+            extra = [] if side.is_group else replicates_of(catalog, side.ids[0], taken)
+            replicates[side.name] = extra
+            sides.append(replace(side, ids=side.ids + tuple(extra)) if extra else side)
+        side_a, side_b = sides
     loaded: dict[str, RunData] = {}
 
     def run(rid: str) -> RunData:
@@ -128,39 +156,89 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
         return loaded[rid]
 
     runs_a, runs_b = [run(i) for i in side_a.ids], [run(i) for i in side_b.ids]
+    floor_runs: list[list[RunData]] = []
+    if options.noise_floor and judged:
+        hardware = {catalog[side_a.ids[0]].factors[HARDWARE], catalog[side_b.ids[0]].factors[HARDWARE]}
+        floor_runs = [[load_run_cached(con, i, receipt(i)) for i in g]
+                      for g in floor_groups(catalog, hardware, side_a.ids + side_b.ids)]
     found = plugins() if options.plugins else Plugins()
     heads = headlines(found.headlines)
-    rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads])
-    same_config = not (set(diff.factors) - {SEED})
-    replicates = {s.name: [i for i in catalog.replicates(s.ids[0]) if i not in side_a.ids + side_b.ids]
-                  for s in (side_a, side_b) if not s.is_group}
-    notes = _notes(diff, same_config, comparable, runs_a + runs_b, replicates)
-    lattice = None
+    rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads], floor_runs)
+    identical = same_config and len(runs_a) == len(runs_b) == 1 and _same_losses(runs_a[0], runs_b[0])
+    if not judged:
+        rows = [_as_replicates(r) for r in rows]
+    lattice = build_lattice(catalog, side_a, side_b)
     attribution: list[HeadlineAttribution] = []
     missing: list[MissingRun] = []
-    if options.attribution:
-        lattice = build_lattice(catalog, side_a, side_b)
+    if options.attribution and judged:
         node_runs = {s: [run(i) for i in ids] for s, ids in lattice.nodes.items()}
-        attribution = [attribute(lattice, h, node_runs, settings.rng(f"attribution:{h.name}"), settings.n_boot,
-                                 settings.level) for h in heads]
+        for h in heads:
+            floor = _headline_floor(h, floor_runs)
+            attribution.append(attribute(lattice, h, node_runs, settings.rng(f"attribution:{h.name}"),
+                                         settings.n_boot, settings.level, floor))
         b_entry = catalog[side_b.ids[0]]
         for base, target in missing_nodes(lattice):
             (adds,) = tuple(target - base)
             factors = tuple(f for f in lattice.factors if f in target)
             missing.append(missing_run(catalog, catalog[lattice.nodes[base][0]], b_entry, factors, adds))
-    return Comparison(side_a, side_b, comparable, diff, same_config, replicates, rows, attribution, lattice, missing,
-                      list(found.problems), notes, settings, runs_a, runs_b, catalog)
+    next_steps: list[str] = []
+    if judged and any(r.verdict == INCONCLUSIVE for r in rows):
+        next_steps += commands_for_replicates(_ref_text(side_a, catalog), _ref_text(side_b, catalog))
+    next_steps += [m.command for m in missing if m.command]
+    notes = _notes(diff, same_config, identical, comparable, runs_a + runs_b, replicates, rows)
+    return Comparison(side_a, side_b, comparable, diff, same_config, identical, replicates, confounded_sets(lattice),
+                      next_steps, rows, attribution, lattice, missing, list(found.problems), notes, settings,
+                      runs_a, runs_b, catalog)
 
 
-def _notes(diff: FactorDiff, same_config: bool, comparable: bool, runs: list[RunData],
-           replicates: dict[str, list[str]]) -> list[str]:
+SAME_CONFIG = "same configuration"
+
+
+def _as_replicates(row: MetricRow) -> MetricRow:
+    """A row of two runs of one configuration: no verdict beyond run-to-run noise."""
+    if row.verdict in ("unavailable", IDENTICAL):
+        return row
+    return replace(row, verdict=SAME_CONFIG, p_value=None, ci=None, ci_of=None, test=None,
+                   reason="A and B are one configuration (they differ at most in the seed): the difference is "
+                          "run-to-run noise")
+
+
+def _same_losses(a: RunData, b: RunData) -> bool:
+    """Bit-identical loss curves (same steps, same values, NaN where the other has NaN)."""
+    if a.n_steps == 0 or a.n_steps != b.n_steps:
+        return False
+    la, lb = np.asarray(a.steps["loss"], dtype=np.float64), np.asarray(b.steps["loss"], dtype=np.float64)
+    return bool(np.array_equal(np.asarray(a.steps["step"]), np.asarray(b.steps["step"]))
+                and np.array_equal(la, lb, equal_nan=True))
+
+
+def _headline_floor(headline: Headline, groups: list[list[RunData]]) -> Floor | None:
+    """The headline's noise floor: its per-run values in each replicate group."""
+    if not groups:
+        return None
+    vals = headline.values(groups)
+    return learn_floor([[math.exp(v) for v in runs] for runs in vals.runs], log_scale=True)
+
+
+def _ref_text(side: Side, catalog: Catalog) -> str:
+    """How to name a side in a command: its name when it has one, else a short id."""
+    entry = catalog[side.ids[0]]
+    return entry.name or entry.id[:12]
+
+
+def _notes(diff: FactorDiff, same_config: bool, identical: bool, comparable: bool, runs: list[RunData],
+           replicates: dict[str, list[str]], rows: list[MetricRow]) -> list[str]:
     notes = []
     if not comparable:
         notes.append("the tasks differ (compared because --allow-task-change was given): metrics of different "
                      "tasks are not evidence that either stack is better")
-    if same_config:
+    if identical:
+        notes.append("identical: one configuration and bit-identical loss curves; any difference in speed is "
+                     "run-to-run noise of the machine")
+    elif same_config:
         which = "only in the seed" if diff.factors else "in no causal factor"
-        notes.append(f"A and B differ {which}: every difference below is run-to-run noise"
+        notes.append(f"A and B differ {which}: they are replicates of one configuration, and every difference "
+                     "below is run-to-run noise"
                      + (f" (record fields that differ: {', '.join(sorted({c.path for c in diff.record}))})"
                         if diff.record and not diff.factors else ""))
     for run in runs:
@@ -168,15 +246,18 @@ def _notes(diff: FactorDiff, same_config: bool, comparable: bool, runs: list[Run
             notes.append(f"{run.label} has no step rows: its step metrics are unavailable")
     for side, ids in replicates.items():
         if ids:
-            notes.append(f"{side} has {len(ids)} replicate(s) in the ledger (identical but for the seed): tag them "
-                         "and compare with --group TAG=VALUE to test across runs")
+            notes.append(f"{side} includes {len(ids)} replicate(s) from the ledger (identical but for the seed)")
+    if any(r.verdict == INCONCLUSIVE for r in rows):
+        notes.append("inconclusive: one run per side and no noise floor on this hardware; a verdict between two "
+                     "configurations needs between-run variance (see next steps)")
     return notes
 
 
 # ------------------------------------------------------------------------------------------------ JSON
 def _share_json(metric: str, share: Share) -> dict[str, Any]:
     return {"metric": metric, "factor": share.factors[0] if len(share.factors) == 1 else list(share.factors),
-            "share": share.share, "ci": list(share.ci), "spread": list(share.spread), "fraction": share.fraction}
+            "share": share.share, "ci": list(share.ci) if share.ci else None, "spread": list(share.spread),
+            "fraction": share.fraction, "verdict": share.verdict}
 
 
 def _finite(value: Any) -> Any:
@@ -202,6 +283,8 @@ def _to_json(c: Comparison) -> dict[str, Any]:
         "b": c.b.to_json(c.catalog),
         "comparable": c.comparable,
         "same_config": c.same_config,
+        "identical": c.identical,
+        "next_steps": c.next_steps,
         "changed_factors": [
             {"factor": f, "changes": [{"path": ch.path, "a": ch.a, "b": ch.b} for ch in changes]}
             for f, changes in c.diff.changed.items()
@@ -217,7 +300,8 @@ def _to_json(c: Comparison) -> dict[str, Any]:
                 "unexplained_ci": list(att.unexplained_ci) if att.unexplained_ci else None,
                 "orders": att.orders, "orders_possible": att.orders_possible, "shapley": att.shapley,
                 "paths": att.paths, "confounded": [_share_json(att.headline, s) for s in att.confounded],
-                "run_noise": att.run_noise, "reason": att.reason, "note": att.note,
+                "noise": None if att.noise is None else asdict(att.noise), "total_verdict": att.total_verdict,
+                "reason": att.reason, "note": att.note,
             }
             for att in c.attribution
         ],

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ledger.analyses.attribution import NodeValues
+from ledger.analyses.attribution import NodeValues, node_values
 from ledger.analyses.metrics import Direction, MetricProvider, Observation, RunMetric, Spec, unavailable
 from ledger.analyses.series import RunData
 from schemas.tables import EVALS, EVENTS, STEPS, TELEMETRY
@@ -176,9 +176,9 @@ def _goodput_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Any]:
     note = "productive step time / wall time of the receipt (ledger goodput REF covers all attempts)"
     return [
         RunMetric(Spec("goodput", "goodput", "ratio", "higher", 0.02, scale="delta", statistic="value",
-                       deterministic=True, note=note), _goodput_obs),
+                       note=note), _goodput_obs),
         RunMetric(Spec("token goodput", "goodput", "ratio", "higher", 0.01, scale="delta", statistic="value",
-                       deterministic=True, note="useful tokens / processed tokens"), _token_goodput_obs),
+                       note="useful tokens / processed tokens"), _token_goodput_obs),
     ]
 
 
@@ -218,31 +218,25 @@ METRICS = [
 @dataclass(frozen=True)
 class TimeToGate:
     """Attribution headline: wall time to the task's first quality gate, on a log scale. Each node's value
-    is the mean log time of its runs; draws resample the runs. A node with a run that never reached the
-    gate has no value (censored: its time is only a lower bound)."""
+    is the mean log time of its runs; its uncertainty is the run-to-run variance (attribution). A node
+    with a run that never reached the gate has no value (censored: its time is only a lower bound)."""
 
     name: str = "time to gate"
     metric: str = FIRST_GATE
     direction: Direction = "lower"
 
-    def values(self, nodes: Sequence[Sequence[RunData]], rng: np.random.Generator, n_boot: int) -> NodeValues:
-        point = np.full(len(nodes), math.nan)
-        draws = np.full((n_boot, len(nodes)), math.nan)
-        missing: dict[int, str] = {}
-        for i, runs in enumerate(nodes):
-            logs = []
+    def values(self, nodes: Sequence[Sequence[RunData]]) -> NodeValues:
+        per_run: list[list[float | str]] = []
+        for runs in nodes:
+            got: list[float | str] = []
             for run in runs:
                 obs = _gate_obs(run, None, "wall_s")
-                if obs.value is None or obs.value <= 0:
-                    missing[i] = f"{run.label}: {obs.reason or 'no positive time'}"
-                    break
-                logs.append(math.log(obs.value))
-            else:
-                values = np.array(logs)
-                point[i] = float(values.mean())
-                pick = rng.integers(0, values.size, size=(n_boot, values.size))
-                draws[:, i] = values[pick].mean(axis=1)
-        return NodeValues(point, draws, missing, "log of the wall time to the first quality gate")
+                if obs.value is not None and obs.value > 0:
+                    got.append(math.log(obs.value))
+                else:
+                    got.append(f"{run.label}: {obs.reason or 'no positive time'}")
+            per_run.append(got)
+        return node_values(per_run, "log of the wall time to the first quality gate")
 
 
 HEADLINES = [TimeToGate()]

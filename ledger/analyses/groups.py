@@ -5,7 +5,8 @@ tagged so. A group must be a **replicate group**: receipts identical in every ca
 seed; its members are compared as runs of one configuration (between-run variance).
 
 :class:`Catalog` holds every indexed receipt's causal factor values (read from the index's JSON without
-validating each receipt again), for the groups, the replicate lookup and the ablation graph.
+validating each receipt again), for the groups, the replicates (:mod:`ledger.analyses.evidence`) and the
+ablation graph.
 """
 
 from __future__ import annotations
@@ -91,10 +92,6 @@ class Catalog:
     def __getitem__(self, receipt_id: str) -> Entry:
         return self.entries[receipt_id]
 
-    def replicates(self, receipt_id: str) -> list[str]:
-        """Other receipts identical to this one in every causal factor but the seed."""
-        key = self.entries[receipt_id].config_key()
-        return [e.id for e in self.entries.values() if e.id != receipt_id and e.config_key() == key]
 
 
 @dataclass(frozen=True)

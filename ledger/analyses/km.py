@@ -10,6 +10,9 @@ the gate would too. The product-limit estimator uses each censored run for as lo
 with ``d_i`` runs reaching the gate at ``t_i`` and ``n_i`` runs still "at risk" (cost >= ``t_i``). At a
 tie between an event and a censoring, the censored run counts as at risk (the usual convention).
 
+The estimate is scipy's (:func:`scipy.stats.ecdf` of :class:`scipy.stats.CensoredData`); this module adds the
+at-risk counts and the median as the gate reports use them.
+
 The median is the smallest cost at which S(t) <= 0.5 (as lifelines and most texts define it); it is
 ``None`` when S never falls to 0.5, i.e. when fewer than half of the runs are known to have reached the
 gate — then the median is only known to exceed the largest event cost.
@@ -66,27 +69,24 @@ def kaplan_meier(times: Sequence[float], reached: Sequence[bool]) -> KMSummary:
     for t in times:
         if not math.isfinite(t) or t < 0:
             raise ValueError(f"costs must be finite and >= 0, got {t}")
-    pairs = sorted(zip(times, reached, strict=True), key=lambda p: p[0])
-    n = len(pairs)
-    survival = 1.0
-    at_risk = n
+    events_at = sorted({float(t) for t, r in zip(times, reached, strict=True) if r})
     steps: list[KMStep] = []
     median: float | None = None
-    i = 0
-    while i < n:
-        t = pairs[i][0]
-        j = i
-        events = 0
-        while j < n and pairs[j][0] == t:
-            events += 1 if pairs[j][1] else 0
-            j += 1
-        if events:
-            survival *= 1.0 - events / at_risk
-            steps.append(KMStep(time=float(t), at_risk=at_risk, events=events, survival=survival))
-            if median is None and survival <= 0.5 + 1e-12:
-                median = float(t)
-        at_risk -= j - i
-        i = j
+    if events_at:
+        from scipy import stats
+
+        data = stats.CensoredData(uncensored=[float(t) for t, r in zip(times, reached, strict=True) if r],
+                                  right=[float(t) for t, r in zip(times, reached, strict=True) if not r])
+        sf = stats.ecdf(data).sf  # scipy's product-limit estimate (censored runs at a tie count as at risk)
+        survival = dict(zip(sf.quantiles.tolist(), sf.probabilities.tolist(), strict=True))
+        for t_event in events_at:
+            at_risk = sum(1 for t in times if t >= t_event)
+            events = sum(1 for t, r in zip(times, reached, strict=True) if r and t == t_event)
+            s_t = float(survival[t_event])
+            steps.append(KMStep(time=t_event, at_risk=at_risk, events=events, survival=s_t))
+            if median is None and s_t <= 0.5 + 1e-12:
+                median = t_event
+    n = len(times)
     reached_count = sum(1 for r in reached if r)
     return KMSummary(
         n=n,

@@ -6,19 +6,24 @@ counts). A **provider** builds the metrics that apply to the runs being compared
 per phase...). :data:`BUILTIN` holds this module's providers; :func:`providers` adds the ``METRICS`` of
 every other module of :mod:`ledger.analyses`, so a new analysis plugs in without editing this file.
 
-How a row is decided (:func:`compare_metric`):
+How a row is decided (:func:`compare_metric`; the rules of :mod:`ledger.analyses.evidence`):
 
-- one run per side, with samples (post-warm-up steps are samples): a rank test (Mann-Whitney for
-  independent samples, Wilcoxon signed-rank for paired values) and a percentile bootstrap CI of the
-  ratio B/A (or of the difference B - A for metrics on a difference scale);
-- several runs on a side (a replicate group): each run gives one value, and a pooled two-sample t-test
-  of those values (of their logs on a ratio scale) gives p and the CI: between-run variance;
-- one value per run and no group: no test. Deterministic quantities (memory) are judged by the noise
-  threshold alone; others are ``untested`` when they differ by more than the threshold;
-- a change counts only when it is significant (p < alpha) **and** larger than the metric's noise
-  threshold; the verdict is then better or worse by the metric's direction (``higher``/``lower`` when a
-  metric has no better direction), else ``no significant difference``;
-- a metric that cannot be computed on a side is ``unavailable`` with the reason, never zero.
+- each run of a side gives one value (its statistic over its samples; post-warm-up steps are samples);
+  a side is its named receipt plus the replicates compare found (or a ``--group``);
+- the sides' per-run values are compared by a t test (on the log scale for ratio metrics) whose variance
+  pools the sides' own replicates and the ledger's noise floor for the metric on that hardware; the CI is
+  of the ratio B/A (or the difference B - A on a delta scale);
+- without any between-run evidence (one run per side, no floor) the verdict is ``inconclusive``, with the
+  commands that get replicates: samples within one run never decide between two configurations;
+- a change counts only when it is significant (p < alpha) **and** larger than the metric's threshold (the
+  smallest change worth reporting); the verdict is then better or worse by the metric's direction
+  (``higher``/``lower`` when a metric has no better direction), else ``no significant difference``;
+- equal values on both sides are ``identical``; deterministic quantities (memory) with one run per side are
+  judged by the threshold alone;
+- a metric that cannot be computed on a side is ``unavailable`` with the reason, never zero;
+- one run per side also gets a within-run interval of each side's value (batch means that respect
+  autocorrelation, :func:`ledger.analyses.stats.within_run_interval`): how precisely that run was measured,
+  not evidence about the configuration.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ledger.analyses import matched, stats
+from ledger.analyses import evidence, matched, stats
 from ledger.analyses.peaks import Peak, peak_flops
 from ledger.analyses.series import RunData
 
@@ -57,11 +62,11 @@ class Settings:
     level: float = 0.95
     """Confidence level of the intervals."""
     n_boot: int = 2000
-    """Bootstrap draws."""
+    """Draws of the attribution's intervals."""
     seed: int = 0
-    """Seed of the bootstrap (each metric draws from its own stream, seeded by this and its name)."""
+    """Seed of the draws (each headline draws from its own stream, seeded by this and its name)."""
     noise: float | None = None
-    """Overrides every ratio-scale metric's relative noise threshold when set."""
+    """Overrides every ratio-scale metric's threshold (the smallest relative change worth reporting)."""
 
     def rng(self, name: str) -> np.random.Generator:
         """The metric's own random stream: results never depend on which other metrics ran."""
@@ -81,7 +86,8 @@ class Spec:
     direction: Direction
     """Which way is better."""
     threshold: float
-    """Noise threshold: relative (0.05 = 5%) on a ratio scale, absolute (in ``unit``) on a delta scale."""
+    """The smallest change worth reporting: relative (0.05 = 5%) on a ratio scale, absolute (in ``unit``) on a
+    delta scale. Whether a change is real is decided by the between-run test, not by this."""
     scale: Scale = "ratio"
     """ratio or delta."""
     statistic: Statistic = "median"
@@ -169,17 +175,24 @@ class MetricRow:
     ci_of: Literal["ratio", "delta"] | None
     p_value: float | None
     test: str | None
-    """mann-whitney, wilcoxon, t-test, or None."""
+    """t-test (between runs), t-test (noise floor), or None."""
     n: tuple[int, int]
-    """Samples (within-run tests) or runs (t-test) per side."""
+    """Runs per side."""
     threshold: float
     scale: Scale
     verdict: str
-    """better, worse, higher, lower, no significant difference, untested, unavailable."""
+    """better, worse, higher, lower, no significant difference, identical, inconclusive, unavailable."""
     reason: str | None = None
     """Why the metric is unavailable or untested."""
     note: str = ""
     headline: bool = False
+    evidence: str | None = None
+    """What the between-run test rested on, e.g. '3 vs 3 runs, noise floor 4.8% (...)'."""
+    df: int | None = None
+    """Degrees of freedom of the between-run test."""
+    ci_a: tuple[float, float] | None = None
+    """Within-run interval of A's value (one run per side): how precisely that run was measured."""
+    ci_b: tuple[float, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The row with stable keys."""
@@ -189,10 +202,18 @@ class MetricRow:
             "ci": list(self.ci) if self.ci is not None else None, "ci_of": self.ci_of,
             "p_value": self.p_value, "test": self.test, "n": list(self.n), "threshold": self.threshold,
             "scale": self.scale, "verdict": self.verdict, "reason": self.reason, "note": self.note,
+            "evidence": self.evidence, "df": self.df,
+            "ci_a": list(self.ci_a) if self.ci_a is not None else None,
+            "ci_b": list(self.ci_b) if self.ci_b is not None else None,
         }
 
 
 # ------------------------------------------------------------------------------------------ the engine
+INCONCLUSIVE = "inconclusive"
+NO_DIFFERENCE = "no significant difference"
+IDENTICAL = "identical"
+
+
 def _statistic(samples: NDArray[np.float64], statistic: Statistic) -> float:
     if statistic == "median":
         return stats.median(samples)
@@ -203,20 +224,8 @@ def _statistic(samples: NDArray[np.float64], statistic: Statistic) -> float:
     return float(samples.mean())
 
 
-def _draws(samples: NDArray[np.float64], statistic: Statistic, rng: np.random.Generator, n: int) -> NDArray[np.float64]:
-    if statistic == "median":
-        return stats.bootstrap_quantile(samples, 0.5, rng, n)
-    if statistic == "p90":
-        return stats.bootstrap_quantile(samples, 0.9, rng, n)
-    if statistic == "count":
-        return stats.bootstrap_mean(samples, rng, n) * samples.size
-    return stats.bootstrap_mean(samples, rng, n)
-
-
-def _thin(x: NDArray[np.float64], limit: int = RANK_TEST_MAX) -> NDArray[np.float64]:
-    if x.size <= limit:
-        return x
-    return x[np.linspace(0, x.size - 1, limit).round().astype(np.int64)]
+def _statistic_fn(statistic: Statistic) -> Callable[[NDArray[np.float64]], float]:
+    return lambda x: _statistic(x, statistic)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -225,41 +234,52 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return b / a
 
 
-def _verdict(spec: Spec, a: float, b: float, p: float | None, threshold: float, alpha: float) -> tuple[str, str | None]:
+def _big(spec: Spec, a: float, b: float, threshold: float) -> tuple[bool, float]:
+    """Whether the change from a to b exceeds the threshold, and its signed size."""
     if spec.scale == "ratio" and a > 0 and b > 0:
         effect = math.log(b / a)
-        big = abs(effect) > math.log1p(threshold)
-    else:
-        effect = b - a
-        big = abs(effect) > (threshold * abs(a) if spec.scale == "ratio" else threshold)
-    if not big:
-        return "no significant difference", None
-    if p is None:
-        if not spec.deterministic:
-            return "untested", "one value per run: record replicates (other seeds) and compare groups to test it"
-    elif not p < alpha:
-        return "no significant difference", None
+        return abs(effect) > math.log1p(threshold), effect
+    effect = b - a
+    return abs(effect) > (threshold * abs(a) if spec.scale == "ratio" else threshold), effect
+
+
+def _direction_verdict(spec: Spec, effect: float) -> str:
     if spec.direction == "none":
-        return ("higher" if effect > 0 else "lower"), None
+        return "higher" if effect > 0 else "lower"
     better = effect > 0 if spec.direction == "higher" else effect < 0
-    return ("better" if better else "worse"), None
+    return "better" if better else "worse"
 
 
-def _ci_from_draws(spec: Spec, da: NDArray[np.float64], db: NDArray[np.float64], level: float) -> tuple[
-        tuple[float, float] | None, Literal["ratio", "delta"]]:
-    if spec.scale == "ratio" and (da > 0).all() and (db >= 0).all():
-        return stats.percentile_interval(db / da, level), "ratio"
-    return stats.percentile_interval(db - da, level), "delta"
+def _log_scale(spec: Spec, values: Sequence[float]) -> bool:
+    return spec.scale == "ratio" and all(v > 0 for v in values)
 
 
-def compare_metric(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[RunData],
-                   settings: Settings) -> MetricRow:
-    """One row: both sides' values, delta, ratio, CI, test and verdict (see the module docstring)."""
+def compare_metric(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
+                   groups: Sequence[Sequence[RunData]] = ()) -> MetricRow:
+    """One row: both sides' values, delta, ratio, CI, test and verdict (see the module docstring). ``groups``
+    are the ledger's replicate groups on the same hardware, for the metric's noise floor."""
     spec = metric.spec
     threshold = settings.noise if settings.noise is not None and spec.scale == "ratio" else spec.threshold
-    rng = settings.rng(spec.name)
+    values = _per_run(metric, runs_a, runs_b)
+    if isinstance(values, MetricRow):
+        return replace(values, threshold=threshold)
+    va, vb, samples_a, samples_b, note = values
+    floor = _floor(metric, groups, _log_scale(spec, [*va, *vb]))
+    return judge(spec, va, vb, settings, threshold, note, floor, samples_a, samples_b)
+
+
+_Values = tuple[list[float], list[float], NDArray[np.float64] | None, NDArray[np.float64] | None, str]
+
+
+def _per_run(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> _Values | MetricRow:
+    """Each run's value (and, for one run per side, its samples), or an ``unavailable`` row."""
+    spec = metric.spec
     if isinstance(metric, PairedMetric):
-        return _compare_paired(metric, runs_a, runs_b, settings, threshold, rng)
+        got = metric.observe(runs_a, runs_b)
+        if isinstance(got, str):
+            return _row(spec, None, None, None, None, None, None, (0, 0), 0.0, "unavailable", got, spec.note)
+        note = "; ".join(x for x in (spec.note, got.note) if x)
+        return ([float(v) for v in got.a.mean(axis=0)], [float(v) for v in got.b.mean(axis=0)], None, None, note)
     obs_a = [metric.observe(r) for r in runs_a]
     obs_b = [metric.observe(r) for r in runs_b]
     notes = sorted({o.note for o in obs_a + obs_b if o.note})
@@ -270,61 +290,70 @@ def compare_metric(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[R
         side, run, o = missing[0]
         single = len(runs_a) == 1 if side == "A" else len(runs_b) == 1
         label = side if single else f"{side} {run.label}"
-        return _row(spec, None, None, None, None, None, None, (0, 0), threshold, "unavailable",
-                    f"{label}: {o.reason}", note)
-    va = [float(o.value) for o in obs_a if o.value is not None]
-    vb = [float(o.value) for o in obs_b if o.value is not None]
+        return _row(spec, None, None, None, None, None, None, (0, 0), 0.0, "unavailable", f"{label}: {o.reason}",
+                    note)
+    single = len(runs_a) == 1 and len(runs_b) == 1
+    return ([float(o.value) for o in obs_a if o.value is not None],
+            [float(o.value) for o in obs_b if o.value is not None],
+            obs_a[0].samples if single else None, obs_b[0].samples if single else None, note)
+
+
+def _floor(metric: Metric, groups: Sequence[Sequence[RunData]], log_scale: bool) -> evidence.Floor | None:
+    """The metric's noise floor from the replicate groups (each group observed on its own)."""
+    values: list[list[float]] = []
+    for group in groups:
+        if isinstance(metric, PairedMetric):
+            got = metric.observe(group, group)
+            if not isinstance(got, str):
+                values.append([float(v) for v in got.a.mean(axis=0)])
+            continue
+        values.append([float(o.value) for o in (metric.observe(r) for r in group) if o.value is not None])
+    return evidence.learn_floor(values, log_scale)
+
+
+def judge(spec: Spec, va: Sequence[float], vb: Sequence[float], settings: Settings, threshold: float,
+          note: str = "", floor: evidence.Floor | None = None, samples_a: NDArray[np.float64] | None = None,
+          samples_b: NDArray[np.float64] | None = None) -> MetricRow:
+    """The verdict on per-run values ``va`` and ``vb`` (the module docstring's rules)."""
     a, b = float(np.mean(va)), float(np.mean(vb))
-    if len(runs_a) == 1 and len(runs_b) == 1:
-        sa, sb = obs_a[0].samples, obs_b[0].samples
-        if sa is not None and sb is not None and sa.size >= 2 and sb.size >= 2:
-            test = stats.mann_whitney(_thin(sa), _thin(sb))
-            da = _draws(sa, spec.statistic, rng, settings.n_boot)
-            db = _draws(sb, spec.statistic, rng, settings.n_boot)
-            ci, ci_of = _ci_from_draws(spec, da, db, settings.level)
-            verdict, why = _verdict(spec, a, b, test.p_value, threshold, settings.alpha)
-            return _row(spec, a, b, test.p_value, "mann-whitney", ci, ci_of, (sa.size, sb.size), threshold,
-                        verdict, why, note)
-        verdict, why = _verdict(spec, a, b, None, threshold, settings.alpha)
-        return _row(spec, a, b, None, None, None, None, (1, 1), threshold, verdict, why, note)
-    return _group_row(spec, va, vb, settings, threshold, note)
+    n = (len(va), len(vb))
+    within = _within(spec, samples_a, samples_b, settings.level)
+    if sorted(va) == sorted(vb):
+        return replace(_row(spec, a, b, None, None, None, None, n, threshold, IDENTICAL, None, note), **within)
+    big, effect = _big(spec, a, b, threshold)
+    log_scale = _log_scale(spec, [*va, *vb])
+    xa = np.log(va) if log_scale else np.asarray(va, dtype=np.float64)
+    xb = np.log(vb) if log_scale else np.asarray(vb, dtype=np.float64)
+    test = stats.t_test(xa, xb, settings.level, floor.sd if floor else None, floor.df if floor else 0)
+    if test is None:
+        if spec.deterministic:
+            verdict = _direction_verdict(spec, effect) if big else NO_DIFFERENCE
+            return replace(_row(spec, a, b, None, None, None, None, n, threshold, verdict,
+                                None, note + ("; " if note else "") + "deterministic: judged by the threshold"),
+                           **within)
+        why = "one run per side and no noise floor for this metric on this hardware: record replicates"
+        return replace(_row(spec, a, b, None, None, None, None, n, threshold, INCONCLUSIVE, why, note), **within)
+    ci = (math.exp(test.ci[0]), math.exp(test.ci[1])) if log_scale else test.ci
+    own = n[0] + n[1] - 2
+    source = f"{n[0]} vs {n[1]} runs" + (f", {floor.describe()}" if floor else "")
+    verdict = _direction_verdict(spec, effect) if big and test.p_value < settings.alpha else NO_DIFFERENCE
+    row = _row(spec, a, b, test.p_value, "t-test" if own else "t-test (noise floor)", ci,
+               "ratio" if log_scale else "delta", n, threshold, verdict, None,
+               note + ("; " if note else "") + f"between runs: {source}; df={test.df}")
+    return replace(row, evidence=source, df=test.df, **within)
 
 
-def _group_row(spec: Spec, va: list[float], vb: list[float], settings: Settings, threshold: float,
-               note: str) -> MetricRow:
-    a, b = float(np.mean(va)), float(np.mean(vb))
-    log_scale = spec.scale == "ratio" and min(va + vb) > 0
-    xa = np.log(va) if log_scale else np.asarray(va)
-    xb = np.log(vb) if log_scale else np.asarray(vb)
-    t = stats.pooled_t(xa, xb, settings.level)
-    if t is None:
-        verdict, why = _verdict(spec, a, b, None, threshold, settings.alpha)
-        return _row(spec, a, b, None, None, None, None, (len(va), len(vb)), threshold, verdict, why, note)
-    ci = (math.exp(t.ci[0]), math.exp(t.ci[1])) if log_scale else t.ci
-    verdict, why = _verdict(spec, a, b, t.p_value, threshold, settings.alpha)
-    return _row(spec, a, b, t.p_value, "t-test", ci, "ratio" if log_scale else "delta", (len(va), len(vb)),
-                threshold, verdict, why, note + ("; " if note else "") + f"between runs, df={t.df}")
-
-
-def _compare_paired(metric: PairedMetric, runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
-                    threshold: float, rng: np.random.Generator) -> MetricRow:
-    spec = metric.spec
-    got = metric.observe(runs_a, runs_b)
-    if isinstance(got, str):
-        return _row(spec, None, None, None, None, None, None, (0, 0), threshold, "unavailable", got, spec.note)
-    note = "; ".join(x for x in (spec.note, got.note) if x)
-    va = [float(v) for v in got.a.mean(axis=0)]
-    vb = [float(v) for v in got.b.mean(axis=0)]
-    a, b = float(np.mean(va)), float(np.mean(vb))
-    if got.a.shape[1] == 1 and got.b.shape[1] == 1:
-        d = got.b[:, 0] - got.a[:, 0]
-        test = stats.wilcoxon_signed_rank(d)
-        draws = stats.paired_bootstrap_means(np.column_stack([got.a[:, 0], got.b[:, 0]]), rng, settings.n_boot)
-        ci, ci_of = _ci_from_draws(spec, draws[:, 0], draws[:, 1], settings.level)
-        verdict, why = _verdict(spec, a, b, test.p_value, threshold, settings.alpha)
-        return _row(spec, a, b, test.p_value, "wilcoxon", ci, ci_of, (got.a.shape[0], got.b.shape[0]), threshold,
-                    verdict, why, note)
-    return _group_row(spec, va, vb, settings, threshold, note)
+def _within(spec: Spec, sa: NDArray[np.float64] | None, sb: NDArray[np.float64] | None,
+            level: float) -> dict[str, Any]:
+    """Within-run intervals of each side's value (one run per side, metrics with samples)."""
+    out: dict[str, Any] = {}
+    for key, samples in (("ci_a", sa), ("ci_b", sb)):
+        if samples is None or samples.size < stats.INTERVAL_MIN_SAMPLES or spec.statistic == "count":
+            continue
+        iv = stats.within_run_interval(samples, _statistic_fn(spec.statistic), level)
+        if iv is not None:
+            out[key] = (iv.low, iv.high)
+    return out
 
 
 def _row(spec: Spec, a: float | None, b: float | None, p: float | None, test: str | None,
@@ -401,6 +430,9 @@ def _tflops(run: RunData) -> NDArray[np.float64] | str:
     flops = _steady(run, "flops_per_s")
     if flops.size:
         return flops / run.devices / 1e12
+    printed = _steady(run, "tflops_per_device")  # as a log printed it per device (Megatron's TFLOP/s/GPU)
+    if printed.size:
+        return printed
     return "model FLOPs per token unknown (workload lacks active_params, layers, hidden or sequence_length)"
 
 
@@ -741,13 +773,14 @@ def providers() -> list[MetricProvider]:
 
 
 def compare_all(runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
-                extra: Sequence[MetricProvider] = (), headline_rows: Iterable[str] = ()) -> list[MetricRow]:
+                extra: Sequence[MetricProvider] = (), headline_rows: Iterable[str] = (),
+                groups: Sequence[Sequence[RunData]] = ()) -> list[MetricRow]:
     """Every metric of the built-in providers and of ``extra``, side by side; rows named in
-    ``headline_rows`` are flagged as headlines."""
+    ``headline_rows`` are flagged as headlines; ``groups``: replicate groups for the noise floors."""
     flagged = set(headline_rows)
     rows: list[MetricRow] = []
     for provider in [*BUILTIN, *extra]:
         for metric in provider.build(runs_a, runs_b):
-            row = compare_metric(metric, runs_a, runs_b, settings)
+            row = compare_metric(metric, runs_a, runs_b, settings, groups)
             rows.append(replace(row, headline=row.name in flagged))
     return rows

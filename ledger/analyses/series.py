@@ -12,6 +12,7 @@ there is more than one (:func:`ledger.store.summary.warmup_cut`).
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,7 +30,7 @@ Columns = dict[str, NDArray[Any]]
 
 STEP_COLUMNS = (
     "step", "tokens", "time", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s",
-    "memory_bytes", "skipped",
+    "tflops_per_device", "memory_bytes", "skipped",
 )
 
 _ROUTING_SQL = """
@@ -237,6 +238,29 @@ def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt |
         ).fetchall()
     ]
     return RunData(receipt_id, receipt, steps, evals, routing, timing, telemetry, events)
+
+
+_CACHE: OrderedDict[str, RunData] = OrderedDict()
+CACHE_RUNS = 256
+"""Runs kept by :func:`load_run_cached` (receipts are immutable and named by their content digest)."""
+CACHE_MAX_STEPS = 20_000
+"""Only runs with at most this many step rows are kept."""
+
+
+def load_run_cached(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt | None = None) -> RunData:
+    """:func:`load_run` through a small in-process cache: a receipt id is the digest of its content, so a run
+    read once is the same run every time (the noise floor reads the same replicate groups for every
+    comparison)."""
+    found = _CACHE.get(receipt_id)
+    if found is not None:
+        _CACHE.move_to_end(receipt_id)
+        return found
+    run = load_run(con, receipt_id, receipt)
+    if run.n_steps <= CACHE_MAX_STEPS:
+        _CACHE[receipt_id] = run
+        while len(_CACHE) > CACHE_RUNS:
+            _CACHE.popitem(last=False)
+    return run
 
 
 def routing_matrix(con: duckdb.DuckDBPyConnection, receipt_id: str, layer: int, max_bins: int = 120) -> Columns:

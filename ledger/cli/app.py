@@ -69,6 +69,11 @@ def _keep_pandas_out() -> None:
               help="Seconds between telemetry samples of this node (0: off).")
 @click.option("--id-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the new receipt's id to this file (for pipelines).")
+@click.option("--parse", "parse", metavar="REGEX",
+              help="Step lines of the output: named groups, (?P<step>...) required, e.g. "
+                   "'step (?P<step>\\d+) loss (?P<loss>\\S+)'; other groups are custom metrics.")
+@click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path),
+              help="Also read TensorBoard event files written under this folder during the run.")
 @ledger_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -82,10 +87,17 @@ def record(
     env_names: tuple[str, ...],
     telemetry_interval: float,
     id_file: Path | None,
+    parse: str | None,
+    tensorboard: Path | None,
     ledger_path: Path | None,
     command: tuple[str, ...],
 ) -> None:
     """Run a training launch and record its receipt; exits with the launch's exit status.
+
+    Metrics are captured with no change to the training code: from the SDK, from the output (Hugging Face
+    Trainer, nanoGPT, torchtitan, DeepSpeed, open-instruct, Megatron-LM and key=value step lines, or
+    --parse), from trainer_state.json, Lightning's metrics.csv and TensorBoard events; the command line and
+    the config files it names become workload.arguments. The last lines say what was captured.
 
     Example:
 
@@ -111,6 +123,8 @@ def record(
         tags=parse_tags(tags),
         env_names=env_names,
         telemetry_interval=telemetry_interval,
+        parse=parse,
+        tensorboard=tensorboard,
         **links,
     )
     result = run_record(ledger, opts)
@@ -122,22 +136,37 @@ def record(
 
 @cli.command(name="ls")
 @click.option("--where", "where", metavar="EXPR", help="Filter, e.g. 'precision=bf16 and tag.sweep=lr'.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--sort", "sort", metavar="COL", help="Order by a column (id, name, started, time, steps, loss, tok/s, "
+              "...); default: oldest first.")
+@click.option("--desc", is_flag=True, help="With --sort: largest first.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Show only the first N rows (after sorting).")
+@click.option("--columns", metavar="A,B,...", help="Table columns, e.g. id,name,loss,tok/s (not for --json).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (every field, whatever --columns says).")
 @ledger_option
 @click.pass_context
-def ls_cmd(ctx: click.Context, where: str | None, as_json: bool, ledger_path: Path | None) -> None:
-    """List receipts, oldest first.
+def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, limit: int | None,
+           columns: str | None, as_json: bool, ledger_path: Path | None) -> None:
+    """List receipts, oldest first. Short ids (8 hex characters) are valid refs for show and compare.
 
     Example:
 
         ledger ls --where "status=failed and workload.model.num_experts>=8"
+        ledger ls --sort loss --limit 5 --columns id,name,loss,tok/s
     """
     from ledger.report import console as render
     from ledger.store import reading
 
     rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
+    if sort is not None:
+        rows = reading.sort_rows(rows, sort, desc)
+    elif desc:
+        rows.reverse()
+    if limit is not None:
+        rows = rows[:limit]
     if as_json:
         echo_json(rows)
+    elif columns is not None:
+        render.receipts_table(rows, [c.strip() for c in columns.split(",") if c.strip()])
     else:
         render.receipts_table(rows)
 

@@ -3,7 +3,7 @@ PyTorch profiler traces) -> receipts with status ``imported``, and the live capt
 under ``ledger record``.
 
 Modules: common (line errors, problems, publishing), megatron_args (arguments -> workload), megatron (logs),
-mlperf, golden, trace, yamlite (the YAML subset of model_config.yaml), api (one function per import command),
+mlperf, golden, trace, api (one function per import command),
 live (``ledger record``'s hook). Import these lazily: the CLI must start without them.
 
 May import: ``schemas``, ``ledger.errors``, ``ledger.redact``, ``ledger.store``. Never ``record`` or anything above.

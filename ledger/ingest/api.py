@@ -20,6 +20,7 @@ from ledger.ingest.common import (
     Issues,
     WrongKind,
     check_file,
+    conform,
     describe,
     publish_evidence,
     sha256_of,
@@ -29,6 +30,9 @@ from ledger.ingest.megatron_args import args_from_text, merge_args, workload_fro
 from ledger.store.receipts import Ledger
 from schemas import Links, Receipt, Stack
 from schemas.tables import TABLES
+
+ENDED_EARLY = "ended_early"
+"""summary.outcome of an imported log that stops before the end its own arguments give."""
 
 
 @dataclass
@@ -69,8 +73,12 @@ def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path |
     if "train_iters" not in args and log.total_iters:
         args["train_iters"] = log.total_iters
     workload = workload_from_args(args, complete=False) if args else None
+    early = log.stopped_early(args)
+    if early:
+        log.issues.note(early)
     ev = Evidence(kind="megatron-log", path=path, sha256=sha256_of(path), tables=tables, workload=workload,
-                  issues=log.issues, lines=log.lines, started_at=log.first_time, ended_at=log.last_time, log=path)
+                  issues=log.issues, lines=log.lines, started_at=log.first_time, ended_at=log.last_time, log=path,
+                  outcome=ENDED_EARLY if early else None)
     return ev, log
 
 
@@ -83,6 +91,8 @@ def ingest_megatron(ledger: Ledger, path: Path, args_from: Path | None = None, n
              f"value(s) from {log.lines} line(s)"]
     if ev.unparsed:
         notes.append(f"{ev.unparsed} line(s) did not parse (listed in the receipt's problems)")
+    if ev.outcome == ENDED_EARLY:
+        notes.append(f"outcome {ENDED_EARLY}: the log stops at iteration {log.last_step}, before train_iters")
     return Imported(receipt, notes)
 
 
@@ -127,7 +137,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     tables: dict[str, pa.Table] = {}
     for table_name in TABLES:
         file = directory / f"{table_name}.parquet"
-        tables[table_name] = pq.read_table(file) if file.exists() else TABLES[table_name].empty_table()
+        tables[table_name] = conform(pq.read_table(file), TABLES[table_name]) if file.exists() \
+            else TABLES[table_name].empty_table()
     added = timing.tables()
     for table_name, extra in added.items():
         tables[table_name] = pa.concat_tables([tables[table_name].cast(TABLES[table_name]), extra])
@@ -149,7 +160,88 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
              f"{len(timing.steps)} ProfilerStep(s)",
              f"receipts are immutable: this is a new receipt with {target[:12]}'s facts plus the trace's timing "
              f"(links.baseline and tag trace_of point at {target[:12]})"]
+    ep = timing.total("comm_ep_exposed") + timing.total("comm_ep_overlapped")
+    if ep:
+        notes.append(f"expert-parallel communication {ep * 1e3:.4g} ms: {timing.total('comm_ep_exposed') * 1e3:.4g} ms "
+                     f"exposed, {timing.total('comm_ep_overlapped') * 1e3:.4g} ms overlapped with computation")
+    notes.extend(timing.notes)
     return Imported(receipt, notes)
 
 
-__all__ = ["Imported", "ingest_golden", "ingest_megatron", "ingest_mlperf", "ingest_trace", "megatron_evidence"]
+LOG_FORMATS = ("auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct", "key-value",
+               "megatron", "trainer-state", "lightning-csv", "tensorboard")
+"""``ledger ingest log --format`` choices (``auto``: recognised by the file's name, else by its lines)."""
+
+
+def log_evidence(path: Path, fmt: str = "auto", parse: str | None = None) -> tuple[Evidence, str]:
+    """Any log `ledger record` understands, as :class:`Evidence`; returns it and the format used."""
+    from ledger.ingest.formats import LINE_FORMATS, hf, lightning, tensorboard
+    from ledger.ingest.formats.pattern import compile_pattern, line_format
+    from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
+
+    check_file(path)
+    if fmt not in LOG_FORMATS:
+        raise BadInput(f"--format {fmt}: unknown; one of {', '.join(LOG_FORMATS)}")
+    if parse is not None and fmt != "auto":
+        raise BadInput("give --format or --parse, not both")
+    if fmt == "auto" and parse is None:
+        if path.name == hf.STATE_FILE:
+            fmt = "trainer-state"
+        elif path.name.startswith(tensorboard.PREFIX):
+            fmt = "tensorboard"
+        elif path.suffix == ".csv" and lightning.looks_like(path):
+            fmt = "lightning-csv"
+    rows: Rows | None
+    issues = Issues(path.name)
+    lines: int | None = None
+    try:
+        if fmt == "trainer-state":
+            rows = rows_of(hf.NAME, hf.parse_state(path))
+        elif fmt == "lightning-csv":
+            rows = rows_of(lightning.NAME, lightning.parse_csv(path))
+        elif fmt == "tensorboard":
+            rows = rows_of(tensorboard.NAME, tensorboard.parse_events([path]))
+        else:
+            if parse is not None:
+                scan = LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
+            elif fmt == "auto":
+                scan = LineCapture()
+            else:
+                scan = LineCapture({fmt: LINE_FORMATS[fmt]})
+            scan.feed_file(path)
+            lines = scan.lines
+            rows = scan.best()
+            if scan.long_lines:
+                issues.note(f"{scan.long_lines} line(s) longer than 64 KiB were not parsed")
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise WrongKind(f"{path}: expected a {fmt} file, found {describe(path)} ({exc})") from exc
+    if rows is None or not (rows.steps or rows.evals):
+        raise WrongKind(f"{path}: no step or eval lines of a known format ({fmt if parse is None else '--parse'}); "
+                        f"found {describe(path)}. Give --parse 'step (?P<step>\\d+) loss (?P<loss>\\S+)' for "
+                        "lines of your own")
+    for n in rows.unparsed:
+        issues.line(n, f"looked like a {rows.name} line but did not parse")
+    if rows.ordinal:
+        issues.note(f"{rows.name} lines carry no step number: steps are numbered 1, 2, ... in the order printed")
+    text_log = path if fmt not in ("tensorboard",) else None
+    ev = Evidence(kind=f"log:{rows.name}", path=path, sha256=sha256_of(path), tables=rows.tables(), issues=issues,
+                  lines=lines, log=text_log)
+    return ev, rows.name
+
+
+def ingest_log(ledger: Ledger, path: Path, fmt: str = "auto", parse: str | None = None, name: str | None = None,
+               tags: Mapping[str, str] | None = None) -> Imported:
+    """`ledger ingest log`."""
+    if fmt == "megatron":
+        return ingest_megatron(ledger, path, None, name, None, tags)
+    ev, used = log_evidence(path, fmt, parse)
+    receipt = publish_evidence(ledger, ev, name or path.stem, tags)
+    steps, evals = ev.tables["steps"].num_rows, ev.tables["evals"].num_rows
+    notes = [f"{steps} step(s), {evals} eval value(s) [{used}]"]
+    if ev.unparsed:
+        notes.append(f"{ev.unparsed} line(s) did not parse (see the receipt's problems)")
+    return Imported(receipt, notes)
+
+
+__all__ = ["LOG_FORMATS", "Imported", "ingest_golden", "ingest_log", "ingest_megatron", "ingest_mlperf", "ingest_trace",
+           "log_evidence", "megatron_evidence"]

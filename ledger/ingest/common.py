@@ -184,6 +184,13 @@ def table(name: str, columns: Mapping[str, Sequence[Any]]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A table read back from a receipt, in today's schema: columns added since it was written are null."""
+    n = t.num_rows
+    arrays = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def write_tables(rank_dir: Path, tables: Mapping[str, pa.Table], skip_existing: bool = False) -> list[str]:
     """Write tables as Arrow IPC streams (``<table>.arrows``, what the SDK writes) into a rank directory;
     returns the names written. ``skip_existing`` leaves a table alone when its file is already there."""
@@ -301,6 +308,6 @@ def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[
 
 
 __all__ = [
-    "Evidence", "Issues", "LineError", "WrongKind", "check_file", "describe", "numbered_lines", "open_text",
+    "Evidence", "Issues", "LineError", "WrongKind", "check_file", "conform", "describe", "numbered_lines", "open_text",
     "publish_evidence", "sha256_of", "strip_rank", "table", "utc", "write_tables",
 ]

@@ -7,8 +7,11 @@ maps each metric to ``{"start_step", "end_step", "step_interval", "values"}``, w
 memory_bytes; every other metric (``num-zeros``, ``mem-allocated-bytes``...) -> ``extra`` under its name.
 
 The test's ``model_config.yaml`` (``--config``) gives the workload (its ``MODEL_ARGS`` are the complete launch
-flags) and ``ENV_VARS`` the environment. The platform in the file name (Megatron-LM's convention, e.g.
-``dgx_h100``) gives ``hardware.system`` and the GPU model (``H100``); nothing else about the machine is known.
+flags: parallelism, batch, model...) and ``ENV_VARS`` the environment; its sequence length x global batch gives
+the tokens of each step, hence ``tokens``, ``tokens_per_s`` (tokens per step / iteration-time) and
+``global_batch``, so that two golden receipts have throughput to compare. The platform in the file name
+(Megatron-LM's convention, e.g. ``dgx_h100``) gives ``hardware.system`` and the GPU model (``H100``); nothing else
+about the machine is known.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.ingest.common import Evidence, Issues, WrongKind, check_file, describe, sha256_of, table
-from ledger.ingest.megatron_args import args_from_mapping, workload_from_args
+from ledger.ingest.megatron_args import YamlError, args_from_mapping, load_yaml, workload_from_args
 from schemas import Hardware, Stack, Workload
 
 COLUMNS = {"lm loss": ("loss", float), "iteration-time": ("step_time_s", float),
@@ -88,11 +91,15 @@ def read_values(path: Path, issues: Issues) -> dict[str, dict[int, float]]:
 
 def read_config(path: Path, issues: Issues) -> tuple[Workload, dict[str, str]]:
     """Workload and environment of a model_config.yaml."""
-    from ledger.ingest.yamlite import YamlError, load
+    args, env = read_config_args(path)
+    return workload_from_args(args, complete=True), env
 
+
+def read_config_args(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Launch arguments (argparse destinations) and environment of a model_config.yaml."""
     check_file(path)
     try:
-        data = load(path.read_text(errors="replace"))
+        data = load_yaml(path.read_text(errors="replace"), str(path))
     except YamlError as exc:
         raise WrongKind(f"{path}: expected a Megatron-LM model_config.yaml, found YAML it cannot read ({exc})") \
             from exc
@@ -101,8 +108,29 @@ def read_config(path: Path, issues: Issues) -> tuple[Workload, dict[str, str]]:
         raise WrongKind(f"{path}: expected a Megatron-LM model_config.yaml with MODEL_ARGS, found {describe(path)}")
     env = data.get("ENV_VARS") or {}
     env = {str(k): "" if v is None else str(v) for k, v in env.items()} if isinstance(env, dict) else {}
-    workload = workload_from_args(args_from_mapping(model_args), complete=True)
-    return workload, env
+    return args_from_mapping(model_args), env
+
+
+def _tokens(cols: dict[str, list[Any]], workload: Workload | None, args: dict[str, Any], issues: Issues) -> None:
+    """tokens (seen after each step), tokens_per_s and global_batch from the config's sequence length x global
+    batch: golden values carry no throughput of their own, and without these no headline metric compares two
+    golden receipts. Not with a batch-size ramp-up (the batch changes from step to step), nor without a config."""
+    if workload is None:
+        issues.note("no --config (model_config.yaml): tokens and throughput unknown")
+        return
+    per_step, gbs = workload.batch.tokens_per_step, workload.batch.global_batch
+    if args.get("rampup_batch_size") not in (None, "", False):
+        issues.note("the config ramps the batch size up: tokens per step vary, tokens and throughput not computed")
+        return
+    if not per_step:
+        issues.note("the config gives no sequence length x global batch: tokens and throughput unknown")
+        return
+    steps, times = cols["step"], cols["step_time_s"]
+    cols["tokens"] = [step * per_step if step >= 0 else None for step in steps]
+    cols["tokens_per_s"] = [per_step / t if t is not None and math.isfinite(t) and t > 0 else None for t in times]
+    cols["global_batch"] = [gbs] * len(steps)
+    if workload.parallelism.world_size is None:
+        issues.note("the config does not give the number of GPUs: per-device throughput is the whole run's")
 
 
 def evidence(path: Path, config: Path | None = None) -> Evidence:
@@ -127,7 +155,9 @@ def evidence(path: Path, config: Path | None = None) -> Evidence:
                 cols[name].append(int(v) if v is not None and math.isfinite(v) else None)
             else:
                 cols[name].append(v)
-    workload, env = (read_config(config, issues) if config else (None, {}))
+    args, env = read_config_args(config) if config else ({}, {})
+    workload = workload_from_args(args, complete=True) if config else None
+    _tokens(cols, workload, args, issues)
     m = _PLATFORM.search(path.name)
     hardware = Hardware(system=m.group("platform"), gpu_model=m.group("gpu").upper()) if m else Hardware()
     if not m:
@@ -136,4 +166,4 @@ def evidence(path: Path, config: Path | None = None) -> Evidence:
                     workload=workload, stack=Stack(hardware=hardware, environment=env), issues=issues)
 
 
-__all__ = ["evidence", "read_config", "read_values"]
+__all__ = ["evidence", "read_config", "read_config_args", "read_values"]

@@ -7,9 +7,10 @@ as ``0: `` or ``[default3]:``, a ``[YYYY-MM-DD hh:mm:ss]`` timestamp, or neither
   their own fill it (``lm loss`` -> loss, ``learning rate`` -> lr, ``grad norm``, ``loss scale``,
   ``load_balancing_loss``/``moe loss`` -> aux_loss, ``z_loss``, ``elapsed time per iteration (ms)`` ->
   step_time_s, ``consumed tokens`` -> tokens, ``memory(GiB)`` -> memory_bytes, ``number of skipped
-  iterations`` -> skipped); every other ``name: value`` (mtp losses, ``seq_load_balancing_loss``, ``num
-  zeros``, ``params norm``, TFLOP/s per GPU, consumed samples, global batch size, ``samples per second``...)
-  is kept in ``extra`` under its printed name. Durations such as ``1m 52s`` become seconds. A missing
+  iterations`` -> skipped, ``global batch size`` -> global_batch, ``throughput per GPU (TFLOP/s/GPU)`` or
+  Megatron-DeepSpeed's ``TFLOPs`` -> tflops_per_device, as printed); every other ``name: value`` (mtp losses,
+  ``seq_load_balancing_loss``, ``num zeros``, ``params norm``, consumed samples, ``samples per second``...) is kept
+  in ``extra`` under its printed name. Durations such as ``1m 52s`` become seconds. A missing
   trailing ``|``, ``nan`` and ``inf`` are fine;
 - ``[Rank r] (after N iterations) memory (MB) | allocated: ... | max allocated: ...`` -> memory of step N;
 - ``validation loss at iteration N [on S set] | lm loss value: ... | lm loss PPL: ...`` and ``validation
@@ -73,6 +74,11 @@ STEP_COLUMNS: dict[str, tuple[str, float]] = {
 """Printed field name -> (steps column, factor to the column's unit)."""
 
 TFLOPS_FIELDS = ("throughput per GPU (TFLOP/s/GPU)", "TFLOPs")
+"""Model TFLOP/s per GPU as Megatron-LM (``throughput per GPU (TFLOP/s/GPU)``) and Megatron-DeepSpeed (``TFLOPs``,
+FLOPs per iteration / (iteration time x world size)) print it."""
+GLOBAL_BATCH = "global batch size"
+FIRST_CLASS = frozenset({*TFLOPS_FIELDS, GLOBAL_BATCH})
+"""Printed fields with a steps column of their own besides STEP_COLUMNS (not repeated in ``extra``)."""
 SKIPPED = "number of skipped iterations"
 
 
@@ -221,6 +227,9 @@ class MegatronLog:
     last_time: datetime | None = None
     timestamps: bool = False
     truncated_last: bool = False
+    end_line: tuple[int, str] | None = None
+    """(line number, text) of Megatron's own end-of-run message (``[after training is done]``, ``exiting program
+    after N minutes`` / ``at iteration N``), when the log has one."""
     issues: Issues = field(default_factory=lambda: Issues("log"))
 
     def tables(self, args: Mapping[str, Any] | None = None) -> dict[str, pa.Table]:
@@ -234,7 +243,8 @@ class MegatronLog:
         world = _positive_int(args.get("world_size"))
         cols: dict[str, list[Any]] = {n: [] for n in (
             "rank", "step", "time", "tokens", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s",
-            "flops_per_s", "aux_loss", "z_loss", "loss_scale", "memory_bytes", "skipped", "extra")}
+            "flops_per_s", "tflops_per_device", "global_batch", "aux_loss", "z_loss", "loss_scale", "memory_bytes",
+            "skipped", "extra")}
         seen = set()
         for rank, step, when, fields in self.steps:
             row: dict[str, Any] = {}
@@ -242,7 +252,8 @@ class MegatronLog:
             for name, value in fields.items():
                 column = STEP_COLUMNS.get(name)
                 if column is None:
-                    extra[name] = value
+                    if name not in FIRST_CLASS:
+                        extra[name] = value
                 elif column[0] not in row or name != "loss":  # "lm loss" wins over a bare "loss"
                     row[column[0]] = value * column[1]
             memory = self.memory.get((rank, step))
@@ -257,23 +268,27 @@ class MegatronLog:
             if "tokens" not in row and samples is not None and length and math.isfinite(samples):
                 row["tokens"] = samples * length
             step_time = row.get("step_time_s")
-            gbs = fields.get("global batch size")
+            gbs = fields.get(GLOBAL_BATCH)
             if length and step_time and gbs and math.isfinite(gbs) and step_time > 0:
                 row["tokens_per_s"] = gbs * length / step_time
             elif length and fields.get("samples per second"):
                 row["tokens_per_s"] = fields["samples per second"] * length
             tflops = next((fields[f] for f in TFLOPS_FIELDS if f in fields), None)
-            if world and tflops is not None:
-                row["flops_per_s"] = tflops * 1e12 * world
+            if tflops is not None and math.isfinite(tflops):
+                row["tflops_per_device"] = tflops
+                if world:
+                    row["flops_per_s"] = tflops * 1e12 * world
+            if gbs is not None and math.isfinite(gbs) and gbs > 0:
+                row["global_batch"] = gbs
             skipped = fields.get(SKIPPED)
             cols["rank"].append(rank)
             cols["step"].append(step)
             cols["time"].append(when)
-            for name in ("tokens", "memory_bytes"):
+            for name in ("tokens", "memory_bytes", "global_batch"):
                 v = row.get(name)
                 cols[name].append(int(v) if v is not None and math.isfinite(v) else None)
-            for name in ("loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s", "aux_loss",
-                         "z_loss", "loss_scale"):
+            for name in ("loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s", "tflops_per_device",
+                         "aux_loss", "z_loss", "loss_scale"):
                 cols[name].append(row.get(name))
             cols["skipped"].append(None if skipped is None or math.isnan(skipped) else skipped > 0)
             cols["extra"].append(extra or None)
@@ -289,6 +304,31 @@ class MegatronLog:
         extra_maps = cols.pop("extra")
         t = table("steps", cols)
         return t.set_column(t.schema.get_field_index("extra"), t.schema.field("extra"), _map_column(extra_maps))
+
+    @property
+    def last_step(self) -> int | None:
+        """The highest iteration an iteration line reports."""
+        return max((step for _, step, _, _ in self.steps), default=None)
+
+    def stopped_early(self, args: Mapping[str, Any] | None = None) -> str | None:
+        """Why the log reads as a run that stopped before ``train_iters`` (killed, crashed, preempted, or an
+        excerpt), or None. A run that reached ``train_iters``, stopped at its ``--exit-interval``, or printed
+        Megatron's own end-of-run message (``after training is done``, ``exiting program ...``) did not; neither
+        did one whose last logged iteration is within one ``--log-interval`` of the end."""
+        a = {**self.args, **(args or {})}
+        total = _positive_int(a.get("train_iters")) or self.total_iters
+        last = self.last_step
+        if not total or last is None or last >= total or self.end_line is not None:
+            return None
+        exit_interval = _positive_int(a.get("exit_interval"))
+        if exit_interval and last >= exit_interval and last % exit_interval == 0:
+            return None
+        interval = _positive_int(a.get("log_interval"))
+        if interval and last + interval > total:
+            return None
+        cut = " (its last line has no line end)" if self.truncated_last else ""
+        return (f"the log stops at iteration {last} of {total} (train_iters) without Megatron's end-of-run message"
+                f"{cut}: the run ended early (killed, crashed or preempted), or the log is an excerpt")
 
     def _evals_table(self) -> pa.Table:
         cols: dict[str, list[Any]] = {n: [] for n in ("rank", "step", "time", "split", "metric", "value")}
@@ -351,6 +391,9 @@ def parse_lines(lines: Iterable[tuple[int, str, bool]], source: str = "log") -> 
     lineno = 0
     for lineno, raw, ended in lines:  # noqa: B007 (ended: of the last line, read after the loop)
         if not raw:
+            continue
+        if "exiting program" in raw or "after training is done" in raw:
+            log.end_line = (lineno, raw.strip()[:120])
             continue
         if "iteration" not in raw and "..." not in raw and "validation" not in raw and "time (ms)" not in raw \
                 and "(min, max)" not in raw:

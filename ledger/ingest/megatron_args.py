@@ -18,6 +18,7 @@ dumps and fragments only say what they print.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import shlex
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
+from ledger.errors import BadInput
 from schemas import (
     Architecture,
     Batch,
@@ -187,9 +189,7 @@ def args_from_text(text: str) -> dict[str, Any]:
     if dump:
         return dump
     if re.search(r"^\s*MODEL_ARGS\s*:", text, re.M):
-        from ledger.ingest.yamlite import load
-
-        data = load(text)
+        data = load_yaml(text)
         model_args = data.get("MODEL_ARGS") or {}
         return args_from_mapping(model_args if isinstance(model_args, dict) else {})
     joined = re.sub(r"\\\r?\n", " ", text)
@@ -201,6 +201,46 @@ def args_from_text(text: str) -> dict[str, Any]:
             tokens.extend(line.split())
     args, _ = args_from_command(tokens)
     return args
+
+
+class YamlError(BadInput):
+    """A YAML file that does not parse; the message names the line and column."""
+
+
+@functools.cache
+def _text_loader() -> Any:
+    """PyYAML's safe loader (the C one when built) that resolves only booleans, nulls and merge keys: numbers and
+    dates stay text, as launch flags are (``1e-2`` and ``.01`` alike; ``parse_value`` reads them later)."""
+    import yaml
+
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    keep = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:merge"}
+    loader: Any = type("TextLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag in keep]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    return loader
+
+
+def load_yaml(text: str, source: str = "the YAML") -> dict[str, Any]:
+    """A YAML mapping (Megatron-LM CI ``model_config.yaml``): PyYAML's safe loader, anchors and merge keys
+    resolved, multi-line plain scalars joined; scalars other than true/false/null stay text. Raises
+    :class:`YamlError` naming the line for text that is not YAML, or a document that is not a mapping."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_text_loader())  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise YamlError(f"{source}: {where}{problem}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise YamlError(f"{source}: the document is a {type(data).__name__}, not a mapping of keys to values")
+    return data
 
 
 def args_from_mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
@@ -216,6 +256,59 @@ def args_from_mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------------ Megatron-DeepSpeed
+DEEPSPEED_MOE_KEYS = frozenset({"moe_expert_parallel_size", "ep_size", "ep_world_size", "mlp_type", "expert_interval",
+                                "moe_min_capacity", "moe_train_capacity_factor", "moe_loss_coeff", "topk",
+                                "moe_top_k", "moe_token_dropping", "disable_moe_token_dropping"})
+"""Argument names of DeepSpeed-MoE (Megatron-DeepSpeed, DeepSpeedExamples) that Megatron-LM does not have."""
+
+
+def deepspeed_moe(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron-DeepSpeed's MoE arguments rewritten as the Megatron-LM names :func:`workload_from_args` reads
+    (a name Megatron-LM itself gives wins). The readings, from Megatron-DeepSpeed's ``arguments.py`` and
+    ``megatron/model/transformer.py``:
+
+    - ``moe_expert_parallel_size`` (also ``ep_size``, ``ep_world_size`` of DeepSpeed examples) -> expert parallelism;
+    - ``num_experts`` is a list, one count per MoE layer (``[1]``: dense; a pyramid ``[64, ..., 128]`` records the
+      largest); ``topk`` / ``moe_top_k`` -> top-k; ``moe_loss_coeff`` -> the aux-loss weight;
+    - every routed expert is a copy of the dense MLP: expert width = ``ffn_hidden_size``; ``mlp_type residual``
+      (Residual-MoE) adds one always-on dense MLP, recorded as one shared expert of that width;
+    - MoE layers are the ``expert_interval``-th, ``2 x expert_interval``-th... (layers // interval of them);
+    - ``moe_train_capacity_factor`` is a capacity only while tokens are dropped (``moe_token_dropping``, the
+      default; ``disable_moe_token_dropping`` turns it off); ``moe_min_capacity`` has no receipt field and stays
+      with the other launch arguments.
+    """
+    if not DEEPSPEED_MOE_KEYS & set(args):
+        return dict(args)
+    out = dict(args)
+
+    def put(name: str, value: Any) -> None:
+        if value is not None and out.get(name) is None:
+            out[name] = value
+
+    put("expert_model_parallel_size", next((args[k] for k in ("moe_expert_parallel_size", "ep_size", "ep_world_size")
+                                            if args.get(k) is not None), None))
+    put("moe_router_topk", next((args[k] for k in ("topk", "moe_top_k") if args.get(k) is not None), None))
+    put("moe_aux_loss_coeff", args.get("moe_loss_coeff"))
+    counts = args.get("num_experts")
+    values = [_int(c) for c in counts] if isinstance(counts, list) else [_int(counts)]
+    experts = max((v for v in values if v is not None), default=None)
+    if experts is not None and experts <= 1:
+        out["num_experts"] = None  # DeepSpeed's [1]: a dense model
+        return out
+    out["num_experts"] = experts
+    if experts is None:
+        return out
+    out["_deepspeed_moe"] = True
+    put("moe_ffn_hidden_size", args.get("ffn_hidden_size"))
+    if args.get("mlp_type") == "residual":
+        put("_shared_experts", 1)
+        put("moe_shared_expert_intermediate_size", args.get("ffn_hidden_size"))
+    if args.get("moe_token_dropping") is not False and args.get("disable_moe_token_dropping") is not True:
+        put("moe_expert_capacity_factor", args.get("moe_train_capacity_factor"))
+    return out
+
+
 # ---------------------------------------------------------------------------------------- workload
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
@@ -227,6 +320,45 @@ def _int(v: Any) -> int | None:
     if isinstance(v, list) and len(v) == 1:
         return _int(v[0])
     return None
+
+
+def layer_pattern(v: Any) -> list[int] | None:
+    """Megatron-LM's ``--moe-layer-freq`` given as a per-layer pattern, 1 for an MoE layer: a list
+    (``[0, 1, 1]``) or the Python expression its argparse type evaluates (``([0]*3+[1]*11)``): lists of 0/1
+    joined by ``+`` and repeated by ``*``. Read with :mod:`ast`, never evaluated; None for anything else."""
+    if isinstance(v, list):
+        return [int(x) for x in v] if all(isinstance(x, int) and x in (0, 1) for x in v) else None
+    if not isinstance(v, str) or len(v) > 1000:
+        return None
+    try:
+        tree = ast.parse(v.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> list[int] | int:
+        if isinstance(node, ast.List | ast.Tuple):
+            items = [value(e) for e in node.elts]
+            flags = [x for x in items if isinstance(x, int) and x in (0, 1)]
+            if len(flags) != len(items):
+                raise ValueError("a layer pattern holds 0 and 1")
+            return flags
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and right < 10_000:
+                return left * right
+            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list) and left < 10_000:
+                return right * left
+        raise ValueError("not a layer pattern")
+
+    try:
+        result = value(tree)
+    except ValueError:
+        return None
+    return result if isinstance(result, list) else None
 
 
 def _float(v: Any) -> float | None:
@@ -265,16 +397,23 @@ def _dtype(v: Any) -> str | None:
 
 
 def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workload:
-    """The workload Megatron arguments describe (see the module docstring for ``complete``)."""
+    """The workload Megatron arguments describe (see the module docstring for ``complete``); Megatron-DeepSpeed's
+    MoE arguments are read too (:func:`deepspeed_moe`)."""
+    args = deepspeed_moe(args)
     g = args.get
+    deepspeed = g("_deepspeed_moe") is True
     num_experts = _int(g("num_experts"))
     layers = _int(g("num_layers"))
     ffn = _int(g("ffn_hidden_size"))
     expert_hidden = _int(g("moe_ffn_hidden_size"))
-    freq = _int(g("moe_layer_freq"))
+    freq = _int(g("expert_interval") if deepspeed else g("moe_layer_freq"))
     moe_layers = None
     if num_experts and layers and freq:
-        moe_layers = sum(1 for i in range(layers) if i % freq == 0)
+        moe_layers = layers // freq if deepspeed else sum(1 for i in range(layers) if i % freq == 0)
+    elif num_experts and not deepspeed and freq is None:
+        pattern = layer_pattern(g("moe_layer_freq"))
+        if pattern is not None and (layers is None or len(pattern) == layers):
+            moe_layers = sum(pattern)
     model = Architecture(
         layers=layers,
         hidden=_int(g("hidden_size")),
@@ -284,6 +423,7 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
         top_k=_int(g("moe_router_topk")),
         expert_hidden=expert_hidden,
         granularity=(ffn / expert_hidden) if ffn and expert_hidden else None,
+        shared_experts=_int(g("_shared_experts")),
         shared_expert_hidden=_int(g("moe_shared_expert_intermediate_size")),
         moe_layer_freq=freq if num_experts else None,
         moe_layers=moe_layers,
@@ -317,6 +457,8 @@ def workload_from_args(args: Mapping[str, Any], complete: bool = False) -> Workl
     if dp is None and world and complete:
         denominator = (tp or 1) * (pp or 1) * (cp or 1)
         dp = world // denominator if world % denominator == 0 else None
+    if world is None and dp and tp and pp:  # an argument dump states all three: world = tp x pp x cp x dp
+        world = dp * tp * pp * (cp or 1)
     parallelism = Parallelism(tp=tp, pp=pp, cp=cp, ep=_int(g("expert_model_parallel_size")),
                               etp=_int(g("expert_tensor_parallel_size")), dp=dp, world_size=world)
     precision = _precision(args, complete)
@@ -380,6 +522,7 @@ def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "ARG_LINE", "args_from_command", "args_from_dump_lines", "args_from_flags", "args_from_mapping",
-    "args_from_text", "is_megatron_command", "merge_args", "parse_value", "split_command", "workload_from_args",
+    "ARG_LINE", "DEEPSPEED_MOE_KEYS", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags",
+    "args_from_mapping", "args_from_text", "deepspeed_moe", "is_megatron_command", "layer_pattern", "load_yaml",
+    "merge_args", "parse_value", "split_command", "workload_from_args",
 ]

@@ -5,16 +5,22 @@ A result log holds ``:::MLLOG {json}`` lines (mlperf-logging's format: ``key``, 
 rest of the job's stdout interleaved, with or without rank prefixes such as ``  0: ``, ``\\r\\n`` line ends,
 and no final newline. What becomes what:
 
-- ``submission_*`` -> the receipt's source (submitter, division, benchmark); the system description
-  (``:::SYSJSON`` or ``--system SYSTEM.json``) -> stack: hardware (system, accelerator model and count per
-  node, CPU, host memory, interconnect), launcher nodes, software framework and stack versions, drivers;
+- ``submission_*`` -> the receipt's source (submitter, division, benchmark); a placeholder the submission's code
+  left (``SUBMISSION_ORG_PLACEHOLDER``, ``8xSUBMISSION_PLATFORM_PLACEHOLDER``) loses to the system description's
+  ``submitter``; the system description (``:::SYSJSON`` or ``--system SYSTEM.json``) -> stack: hardware (system,
+  accelerator model and count per node, CPU and its logical CPUs per node, host memory, interconnect), launcher
+  nodes, software framework and ``other_software_stack`` (an object, a list of objects, or text as in the rules'
+  own example and AMD's and Habana's descriptions), drivers (``nvidia_kernel_driver`` -> gpu_driver,
+  ``cuda_driver_version`` -> cuda_driver, CUDA, NCCL, cuDNN);
 - hyperparameters -> workload (seed, batch, sequence length, optimizer); every config key is also kept in
   an ``mlperf_config`` event, so nothing the log states is lost;
 - ``eval_accuracy`` -> evals (split ``eval``; step = ``samples_count``, else ``epoch_num``: MLPerf counts
   progress in samples); ``tracked_stats`` with a ``step`` -> steps (``reduced_train_loss``/``train_loss``
-  -> loss, ``train_step_time`` -> step_time_s, the rest in ``extra``); per-block stats without a ``step``
-  -> ``tracked_stats`` events; stats logged inside an eval (which number its own batches as ``step``) and
-  start-up timers (``warmup_time``) -> timing rows, summed per eval at the eval's samples_count;
+  -> loss, ``train_step_time`` -> step_time_s, the rest in ``extra``) when they carry the step's loss;
+  per-block stats (without a ``step``, or without a loss, such as mlperf_common's block throughput logged with
+  ``"step": 0`` for the first block) -> ``tracked_stats`` events; stats logged inside an eval (which number its
+  own batches as ``step``) and start-up timers (``warmup_time``) -> timing rows, summed per eval at the eval's
+  samples_count;
   ``init_*``/``run_*``/``block_*``/``eval_*`` -> events; init time (``init_stop`` - first ``init_start``)
   -> a timing row ``init`` at step 0;
 - ``run_stop``'s ``status`` -> summary.outcome; time to train = ``run_stop.time_ms - run_start.time_ms``
@@ -73,6 +79,8 @@ SUBMISSION_KEYS = frozenset({"submission_benchmark", "submission_org", "submissi
                              "submission_platform", "submission_poc_name", "submission_poc_email"})
 _DECODER = json.JSONDecoder()
 _STEP_KEYS = frozenset({"reduced_train_loss", "train_loss", "loss", "train_step_time"})
+_LOSS_KEYS = frozenset({"reduced_train_loss", "train_loss", "loss"})
+"""A tracked_stats value is one training step only when it carries the step's loss."""
 
 
 def parse_mllog_line(raw: str) -> tuple[str, dict[str, Any]] | None:
@@ -95,6 +103,15 @@ def parse_mllog_line(raw: str) -> tuple[str, dict[str, Any]] | None:
             _check_event(obj)
         return kind, obj
     return None
+
+
+_PLACEHOLDER = re.compile(r"PLACEHOLDER|^(?:UNDEFINED|UNKNOWN|N/?A|TBD)$", re.I)
+
+
+def placeholder(value: str) -> bool:
+    """True for a value a submission's code left for the submitter to fill in (``SUBMISSION_ORG_PLACEHOLDER``,
+    ``8xSUBMISSION_PLATFORM_PLACEHOLDER``, ``UNDEFINED``)."""
+    return bool(_PLACEHOLDER.search(value.strip()))
 
 
 def _check_event(obj: dict[str, Any]) -> None:
@@ -268,7 +285,50 @@ def parse_bytes(v: Any) -> int | None:
     return int(round(float(m.group(1)) * _UNITS[m.group(2).upper()]))
 
 
-DRIVER_KEYS = {"cuda_version": "cuda_runtime", "nccl_version": "nccl", "cudnn_version": "cudnn"}
+DRIVER_KEYS = {"cuda_version": "cuda_runtime", "nccl_version": "nccl", "cudnn_version": "cudnn",
+               "cuda_driver_version": "cuda_driver", "nvidia_kernel_driver": "gpu_driver"}
+"""other_software_stack keys (and top-level keys) that are driver or runtime versions -> Drivers fields. NVIDIA's
+descriptions give both ``nvidia_kernel_driver`` (the kernel module, 535.129.03) and ``cuda_driver_version`` (the
+user-mode CUDA driver in the container, 550.54.15): different things, kept apart."""
+_STRING_DRIVERS = {"cuda": "cuda_runtime", "nccl": "nccl", "cudnn": "cudnn", "cuda_driver": "cuda_driver",
+                   "nvidia_kernel_driver": "gpu_driver", "nvidia_driver": "gpu_driver"}
+_ITEM = re.compile(r"^(?P<name>[A-Za-z][\w.+/ ()-]*?)[\s:=_-]+v?(?P<version>\d[\w.+~:-]*)$")
+
+
+def software_items(text: str) -> list[tuple[str, str]]:
+    """``other_software_stack`` written as text, the form of the MLPerf submission rules' own example
+    (``cuda 10.2.0.163, cudnn 7.6.0.64, gcc 5.4.0``) and of AMD's and Habana's descriptions
+    (``hipblaslt-1.1.0.70000-crdcbr.91~22.04, Nemo 2.3.0, megatron_lm-bc0be960``): (name, version) per
+    comma-separated item; an item without a version that starts with a digit keeps its text as the name and
+    an empty version."""
+    out = []
+    for raw in re.split(r",|;|\n", text):
+        item = raw.strip()
+        if not item:
+            continue
+        m = _ITEM.match(item)
+        out.append((m.group("name").strip(), m.group("version")) if m else (item, ""))
+    return out
+
+
+def _cpu_cores(system: Mapping[str, Any], notes: list[str]) -> int | None:
+    """Logical CPUs of one node. The MLPerf submission rules' system description table gives
+    ``host_processor_core_count`` per processor (26 for two Xeon Platinum 8164) and ``host_processor_vcpu_count``
+    for the host (96 vCPUs for a cloud host); submitters write the vCPU count both per processor (AMD EPYC 9575F:
+    64 cores, 128) and per host (the same CPU: 256). A vCPU count above what one processor can run (2 threads
+    per core) is the host's; one within it, with more than one processor, is per processor."""
+    vcpus, sockets = _count(system.get("host_processor_vcpu_count")), _count(system.get("host_processors_per_node"))
+    cores = _count(system.get("host_processor_core_count"))
+    if not vcpus:
+        return None
+    if not sockets or sockets == 1:
+        return vcpus
+    if cores and vcpus <= 2 * cores:
+        return vcpus * sockets
+    if not cores:
+        notes.append(f"host_processor_vcpu_count {vcpus} with {sockets} processors and no core count: read as the "
+                     "host's vCPUs (the MLPerf rules' reading), not per processor")
+    return vcpus
 
 
 def stack_from_system(system: Mapping[str, Any], notes: list[str]) -> Stack:
@@ -280,18 +340,27 @@ def stack_from_system(system: Mapping[str, Any], notes: list[str]) -> Stack:
             if isinstance(item, dict):
                 merged.update(item)
         other = merged
+    items: list[tuple[str, str]] = []
+    if isinstance(other, str):
+        items = software_items(other)
+        other = {}
     if not isinstance(other, dict):
-        notes.append("other_software_stack is neither an object nor a list of objects: not recorded")
+        notes.append("other_software_stack is neither text, an object nor a list of objects: not recorded")
         other = {}
     stack_versions = {str(k): str(v) for k, v in other.items() if _text(v)}
+    for key in ("cuda_driver_version", "nvidia_kernel_driver"):  # also given at the top level (Dell)
+        if key not in stack_versions and _text(system.get(key)):
+            stack_versions[key] = str(system[key])
     drivers = {field: stack_versions.pop(key) for key, field in DRIVER_KEYS.items() if key in stack_versions}
-    driver = stack_versions.pop("nvidia_kernel_driver", None)
-    if driver is None:
-        driver = stack_versions.pop("cuda_driver_version", None)
     packages = [Package(name=k.removesuffix("_version"), version=v) for k, v in sorted(stack_versions.items())]
+    for name, version in items:
+        field = _STRING_DRIVERS.get(name.lower().replace(" ", "_"))
+        if field and version and field not in drivers:
+            drivers[field] = version
+        else:
+            packages.append(Package(name=name, version=version))
     if _text(system.get("operating_system")):
         packages.append(Package(name="operating-system", version=str(system["operating_system"])))
-    vcpus, sockets = _count(system.get("host_processor_vcpu_count")), _count(system.get("host_processors_per_node"))
     interconnect = "; ".join(
         f"{label}{text}" for label, text in (
             ("", _text(system.get("accelerator_interconnect"))),
@@ -302,14 +371,15 @@ def stack_from_system(system: Mapping[str, Any], notes: list[str]) -> Stack:
         system=_text(system.get("system_name")),
         interconnect=interconnect,
         cpu_model=_text(system.get("host_processor_model_name")),
-        cpu_cores=vcpus * sockets if vcpus and sockets else None,
+        cpu_cores=_cpu_cores(system, notes),
         memory_bytes=parse_bytes(system.get("host_memory_capacity")),
         gpu_model=_text(system.get("accelerator_model_name")),
         gpu_count=_count(system.get("accelerators_per_node")) or 0,
     )
     return Stack(
-        software=Software(framework=_text(system.get("framework")), packages=tuple(packages)),
-        drivers=Drivers(gpu_driver=driver, **drivers),
+        software=Software(framework=_text(system.get("framework")),
+                          packages=tuple(sorted(packages, key=lambda p: (p.name.lower(), p.version)))),
+        drivers=Drivers(**drivers),
         hardware=hardware,
         launcher=Launcher(nodes=_count(system.get("number_of_nodes"))),
     )
@@ -380,8 +450,21 @@ def evidence(path: Path, system_path: Path | None = None, rules: Sequence[Path] 
         notes.append("no system description (:::SYSJSON or --system): hardware and software not recorded")
     benchmark = _text(log.value("submission_benchmark"))
     division = _text(log.value("submission_division")) or (_text(system.get("division")) if system else None)
-    submitter = _text(log.value("submission_org")) or (_text(system.get("submitter")) if system else None)
+    described = _text(system.get("submitter")) if system else None
+    submitter = _text(log.value("submission_org"))
+    if submitter and placeholder(submitter):
+        notes.append(f"the log's submission_org is a placeholder ({submitter!r}): "
+                     + (f"the submitter is the system description's {described!r}" if described else
+                        "submitter unknown (give --system)"))
+        submitter = described
+    elif submitter and described and submitter != described:
+        notes.append(f"the log's submission_org {submitter!r} differs from the system description's submitter "
+                     f"{described!r}; kept the log's")
+    submitter = submitter or described
     platform = _text(log.value("submission_platform"))
+    if platform and placeholder(platform):
+        notes.append(f"the log's submission_platform is a placeholder ({platform!r}): not used")
+        platform = None
     if platform and stack.hardware.system is None:
         stack = stack.model_copy(update={"hardware": stack.hardware.model_copy(update={"system": platform})})
 
@@ -437,6 +520,14 @@ def evidence(path: Path, system_path: Path | None = None, rules: Sequence[Path] 
                 at = in_eval if in_eval is not None else step
                 for name, seconds in numbers.items():
                     timing_rows[(at, name)] = timing_rows.get((at, name), 0.0) + (seconds or 0.0)
+                continue
+            if not _LOSS_KEYS & set(numbers):
+                # per-block statistics (mlperf_common's throughput / mean train_step_time / max_memory_usage at
+                # the block's first sample, "step": 0 for the first block) or start-up markers: not a step
+                events["time"].append(t)
+                events["kind"].append("tracked_stats")
+                events["step"].append(step)
+                events["detail"].append(json.dumps(value, sort_keys=True, default=str))
                 continue
             row = steps.setdefault(step, {"time": t, "extra": {}})
             row["time"] = max(row["time"], t)
@@ -544,4 +635,4 @@ def evidence(path: Path, system_path: Path | None = None, rules: Sequence[Path] 
 
 
 __all__ = ["MlperfLog", "MlperfResult", "Target", "evidence", "find_rules", "gate_met", "parse_lines", "parse_log",
-           "parse_mllog_line", "quality_target", "read_system", "stack_from_system"]
+           "parse_mllog_line", "placeholder", "quality_target", "read_system", "software_items", "stack_from_system"]

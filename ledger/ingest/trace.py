@@ -10,15 +10,37 @@ as Holistic Trace Analysis does. Timing rows, in seconds:
 
 - one per kernel class: ``gemm``, ``grouped_gemm``, ``attention``, ``moe_permute`` (MoE token
   permute/unpermute, router and top-k kernels; generic sorts and recsys permutes are not MoE and stay
-  ``other``), ``communication`` (NCCL kernels, and DeepEP/HybridEP-style
-  ``dispatch``/``combine`` kernels), ``memcpy`` (memcpy and memset), ``other``: the sum of kernel durations;
+  ``other``), ``communication``, ``memcpy`` (memcpy and memset), ``other``: the sum of kernel durations;
 - ``comm:<collective>`` (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast,
-  dispatch, combine...): communication split by collective;
-- ``comm_exposed`` / ``comm_overlapped``: time when communication runs with no / with other GPU work at
-  the same time (interval unions on the device);
-- ``gpu_busy`` (union of all GPU work), ``gpu_idle`` (the step's GPU span minus busy);
+  dispatch, combine, notify, layout...): communication split by collective;
+- ``comm_exposed`` / ``comm_overlapped``: time when communication runs with no / with other (non-communication)
+  GPU work at the same time (interval unions on the device); ``comm_ep_exposed`` / ``comm_ep_overlapped``: the
+  same for the expert-parallel kernels alone (those of an EP library, and all_to_all, dispatch, combine, notify
+  and layout collectives);
+- ``gpu_busy``: the union of the step's own GPU work; ``gpu_idle``: the time in the step's GPU window when the
+  device runs nothing at all. A step's GPU window starts at its first kernel and ends where the next step's
+  first kernel starts (the last step's at the end of the last attributed kernel), so the windows never
+  overlap even when the GPU lags the CPU, and the idle of all steps adds up to the device's idle time;
 - ``cpu_launch``: time in kernel-launch and async-copy runtime calls (cudaLaunchKernel...);
 - ``step``: the ProfilerStep's CPU duration.
+
+**What is communication** is decided from several signals, strongest first (:func:`classify`):
+
+1. the kernel's name: NCCL/RCCL, and the expert-parallel libraries as their kernels really appear in traces
+   (:data:`LIBRARIES`): DeepEP (``deep_ep::``) and its forks under other namespaces (DeepSeek's own
+   ``dpsk::ep::``; MagiAttention's ``grpcoll``, a fork for attention), HybridEP, UCCL-EP, pplx-kernels, AMD
+   MORI, NVSHMEM/IBGDA kernels, Transformer Engine userbuffers, symmetric-memory and custom all-reduce kernels;
+2. the kernel's own args: ``Collective name`` (newer PyTorch copies ``record_param_comms`` metadata onto it);
+3. the CPU op that launched it: a kernel of no other class launched inside ``record_param_comms``,
+   ``nccl:*``, ``c10d::*``, or (when its name says dispatch/combine/notify) inside an EP library's op such as
+   Megatron's ``FusedDispatch``/``FusedCombine`` or HybridEP's;
+4. the GPU-side annotation around it (``gpu_user_annotation`` events such as ``nccl:all_to_all`` on the kernel's
+   own stream), read like the CPU op;
+5. the stream it runs on: a kernel whose name says dispatch/combine/notify/all-to-all, running on a communication
+   stream (one where kernels recognised by 1-4 hold at least half the kernel time).
+
+Kernels that no signal recognises stay ``other``; :attr:`TraceTiming.unclassified` lists them with the time they
+hold, and the profiler_trace event records how many kernels each signal classified.
 
 Message sizes come from ``record_param_comms`` metadata (on the kernel itself in newer traces, else on the
 enclosing ``record_param_comms`` CPU op): bytes = max(in, out) elements x dtype size, the size nccl-tests
@@ -45,7 +67,35 @@ from ledger.ingest.common import Issues, WrongKind, describe, open_text, table
 
 CHUNK = 1 << 20
 CATEGORIES = ("gemm", "grouped_gemm", "attention", "moe_permute", "communication", "memcpy", "other")
-_COMM = re.compile(r"nccl|deep_?ep|hybrid_?ep|uccl_?ep|nvshmem|all_?to_?all|alltoall|a2a_", re.I)
+LIBRARIES: tuple[tuple[str, str, bool], ...] = (
+    ("nccl", r"nccl|rccl|msccl", False),
+    ("deepep", r"deep_?ep|dpsk::ep::", True),
+    ("grpcoll", r"grpcoll", False),
+    ("hybrid-ep", r"hybrid_?ep", True),
+    ("uccl-ep", r"uccl", True),
+    ("pplx", r"pplx|\(anonymous namespace\)::(?:dispatch|combine)Kernel<", True),
+    ("mori", r"mori::moe|EpDispatch\w*Kernel|EpCombine\w*Kernel", True),
+    ("nvshmem", r"nvshmem|ibgda", True),
+    ("userbuffers", r"userbuffers", False),
+    ("symm-mem", r"symmetric_memory|multimem_|(?:one|two)_shot_all_reduce", False),
+    ("custom-allreduce", r"cross_device_reduce|custom_?all_?reduce", False),
+    ("all-to-all", r"all_?to_?all|a2a_", True),
+)
+"""(library, kernel-name pattern, whether its kernels are expert-parallel communication), first match wins.
+DeepEP's forks keep its kernels under their own namespaces (``dpsk::ep::internode::dispatch`` in DeepSeek's
+published training trace); pplx-kernels keeps its ``dispatchKernel``/``combineKernel`` in an anonymous namespace,
+so they appear as ``(anonymous namespace)::dispatchKernel<...>``; NVSHMEM/IBGDA kernels are counted as EP because
+the EP libraries are what launch them in MoE training."""
+_LIBRARY = [(lib, re.compile(pattern, re.I), ep) for lib, pattern, ep in LIBRARIES]
+_COMM = re.compile("|".join(f"(?:{pattern})" for _, pattern, _ in LIBRARIES), re.I)
+_EP_WORDS = re.compile(r"(?<![a-z])(?:[Dd]ispatch|[Cc]ombine|[Nn]otify|[Aa]ll_?[Tt]o_?[Aa]ll|[Aa]2[Aa])(?![a-z])")
+"""Words that make a kernel communication only with another signal (its CPU op or its stream)."""
+_COMM_OPS = re.compile(r"^(?:record_param_comms$|nccl:|c10d::|gloo:)")
+"""CPU ops that launch nothing but communication (and its staging)."""
+_EP_OPS = re.compile(r"Fused(?:Dispatch|Combine)|HybridEP|deep_?ep|uccl|pplx|dispatch|combine", re.I)
+"""CPU ops of an EP library's dispatch/combine (Megatron's FusedDispatch/FusedCombine, HybridEP...)."""
+SIGNALS = ("name", "args", "cpu_op", "annotation", "stream")
+_EP_COLLECTIVES = frozenset({"all_to_all", "dispatch", "combine", "notify", "layout"})
 _GROUPED = re.compile(r"group(ed)?_?gemm|gemm_?group|grouped_?mm|moe_?gemm|multi_?gemm", re.I)
 _ATTENTION = re.compile(r"flash|fmha|attn|attention|sdpa|scaled_dot_product|mha_", re.I)
 _PERMUTE = re.compile(r"moe|router|routing|topk|top_k|unpermut|(?<![a-z0-9])_?permute_kernel|permute_?tokens|"
@@ -168,7 +218,7 @@ def iter_trace(f: IO[str], header: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------------------ analysis
 def category(name: str, cat: str) -> str:
-    """The kernel class of a GPU event."""
+    """The kernel class of a GPU event from its name and category alone (signal 1 of :func:`classify`)."""
     if cat in ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset"):
         return "memcpy"
     if _COMM.search(name):
@@ -184,6 +234,35 @@ def category(name: str, cat: str) -> str:
     return "other"
 
 
+def library(name: str) -> str | None:
+    """The communication library a kernel name belongs to (see :data:`LIBRARIES`), or None."""
+    return next((lib for lib, pattern, _ in _LIBRARY if pattern.search(name)), None)
+
+
+EP_LIBRARIES = frozenset(lib for lib, _, ep in LIBRARIES if ep)
+
+
+def classify(name: str, cat: str, args: dict[str, Any] | None = None, cpu_op: str | None = None,
+             comm_stream: bool = False) -> tuple[str, str | None]:
+    """(kernel class, the signal that made it communication or None) from every signal a trace gives: the
+    name, the kernel's args (``Collective name``), the CPU op that launched it and whether its stream carries
+    communication (see the module docstring)."""
+    klass = category(name, cat)
+    if klass == "communication":
+        return klass, "name"
+    if klass == "memcpy":
+        return klass, None
+    if args and args.get("Collective name"):
+        return "communication", "args"
+    if klass != "other":
+        return klass, None
+    if cpu_op is not None and (_COMM_OPS.match(cpu_op) or (_EP_OPS.search(cpu_op) and _EP_WORDS.search(name))):
+        return "communication", "cpu_op"
+    if comm_stream and _EP_WORDS.search(name):
+        return "communication", "stream"
+    return klass, None
+
+
 def collective(name: str, meta: dict[str, Any] | None) -> str:
     """The collective a communication kernel performs."""
     if meta and meta.get("Collective name"):
@@ -193,13 +272,33 @@ def collective(name: str, meta: dict[str, Any] | None) -> str:
                 "all_to_all_single": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
                 "_allgather_base": "all_gather", "_reduce_scatter_base": "reduce_scatter"}.get(c, c)
     low = name.lower()
-    for key, label in (("dispatch", "dispatch"), ("combine", "combine"), ("allreduce", "all_reduce"),
+    for key, label in (("layout", "layout"), ("notify", "notify"), ("dispatch", "dispatch"),
+                       ("combine", "combine"), ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
                        ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"), ("alltoall", "all_to_all"),
                        ("all_to_all", "all_to_all"), ("sendrecv", "send_recv"), ("broadcast", "broadcast"),
                        ("reduce", "reduce"), ("send", "send"), ("recv", "recv")):
         if key in low:
             return label
     return "other"
+
+
+def short_name(name: str, width: int = 80) -> str:
+    """A kernel name without ``void``, its parameter list and template arguments, for listings."""
+    text = name.removeprefix("void ").strip()
+    depth, out = 0, list[str]()
+    for ch in text:
+        if ch == "<":
+            depth += 1
+            continue
+        if ch == ">":
+            depth = max(0, depth - 1)
+            continue
+        if ch == "(" and depth == 0 and out:
+            break
+        if depth == 0:
+            out.append(ch)
+    short = "".join(out).strip() or text
+    return short if len(short) <= width else short[: width - 3] + "..."
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -262,6 +361,12 @@ class TraceTiming:
     unattributed: int
     base_s: float
     notes: list[str] = field(default_factory=list)
+    unclassified: list[tuple[str, float, int]] = field(default_factory=list)
+    """Kernels no signal classified (class ``other``) in the steps: (short name, seconds, calls), most time first."""
+    signals: dict[str, int] = field(default_factory=dict)
+    """How many of the steps' communication kernels each signal (:data:`SIGNALS`) classified."""
+    libraries: dict[str, float] = field(default_factory=dict)
+    """Communication seconds per library (:data:`LIBRARIES`; ``unknown`` when only a CPU op or stream said so)."""
 
     def total(self, phase: str) -> float:
         return sum(s.seconds.get(phase, 0.0) for s in self.steps)
@@ -271,6 +376,12 @@ class TraceTiming:
         """Communication kernel time / all GPU kernel and copy time, over every step."""
         busy = sum(self.total(c) for c in CATEGORIES)
         return self.total("communication") / busy if busy else None
+
+    @property
+    def unclassified_share(self) -> float | None:
+        """Kernel time no signal classified (``other``) / all GPU kernel and copy time."""
+        busy = sum(self.total(c) for c in CATEGORIES)
+        return self.total("other") / busy if busy else None
 
     @property
     def exposed_share(self) -> float | None:
@@ -303,8 +414,32 @@ class TraceTiming:
                 "device": self.device, "rank": self.rank, "world_size": self.world_size,
                 "steps": [s.step for s in self.steps], "communication_share": self.communication_share,
                 "exposed_share": self.exposed_share, "unattributed_gpu_events": self.unattributed,
+                "communication_signals": self.signals, "communication_libraries": self.libraries,
+                "unclassified_share": self.unclassified_share,
+                "unclassified": [{"kernel": n, "seconds": sec, "calls": calls}
+                                 for n, sec, calls in self.unclassified[:UNCLASSIFIED_LISTED]],
             }, sort_keys=True))
         return {"timing": table("timing", timing), "events": table("events", events)}
+
+
+UNCLASSIFIED_LISTED = 10
+"""Unclassified kernels named in the receipt (the time of all of them is always counted)."""
+
+
+@dataclass
+class _Gpu:
+    """One GPU event, as much as the analysis keeps."""
+
+    ts: float
+    dur: float
+    name: str
+    cat: str
+    correlation: Any
+    device: int
+    stream: int
+    meta: dict[str, Any] | None
+    klass: str = "other"
+    signal: str | None = None
 
 
 def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
@@ -314,8 +449,10 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
     steps: list[tuple[float, float, int]] = []
     runtime: dict[Any, tuple[float, int]] = {}  # correlation -> (launch ts, tid)
     launches: list[tuple[float, float]] = []  # (ts, dur) of launch calls
-    gpu: list[tuple[float, float, str, Any, int, dict[str, Any] | None, str]] = []
+    gpu: list[_Gpu] = []
     comm_ops: dict[int, list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
+    ops: dict[int, list[tuple[float, float, str]]] = defaultdict(list)  # tid -> communication CPU ops
+    ranges: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)  # (device, stream) -> GPU
     names: dict[tuple[str, str], str] = {}
     durations: dict[int, float] = {}
     count = 0
@@ -337,8 +474,10 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
                     klass = names.get(key)
                     if klass is None:
                         klass = names[key] = category(name, cat)
-                    gpu.append((float(ts), float(dur), klass, args.get("correlation"), int(e.get("pid") or 0),
-                                _meta(args) if klass == "communication" else None, name))
+                    stream = args.get("stream", e.get("tid"))
+                    gpu.append(_Gpu(float(ts), float(dur), name, cat, args.get("correlation"),
+                                    int(e.get("pid") or 0), stream if isinstance(stream, int) else 0,
+                                    _meta(args), klass))
                 elif cat in ("cuda_runtime", "cuda_driver"):
                     corr = (e.get("args") or {}).get("correlation")
                     if corr is not None:
@@ -352,10 +491,18 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
                             durations[steps[-1][2]] = float(dur)
                         except ValueError:
                             issues.note(f"a ProfilerStep annotation named {name!r}: not a step number")
-                elif name == "record_param_comms":
-                    meta = _meta(e.get("args") or {})
-                    if meta:
-                        comm_ops[int(e.get("tid") or 0)].append((float(ts), float(ts) + float(dur), meta))
+                elif cat == "gpu_user_annotation":
+                    if _COMM_OPS.match(name) or _EP_OPS.search(name):
+                        stream = (e.get("args") or {}).get("stream", e.get("tid"))
+                        key2 = (int(e.get("pid") or 0), stream if isinstance(stream, int) else 0)
+                        ranges[key2].append((float(ts), float(ts) + float(dur), name))
+                elif "gpu" not in cat:
+                    if name == "record_param_comms":
+                        meta = _meta(e.get("args") or {})
+                        if meta:
+                            comm_ops[int(e.get("tid") or 0)].append((float(ts), float(ts) + float(dur), meta))
+                    if _COMM_OPS.match(name) or _EP_OPS.search(name):
+                        ops[int(e.get("tid") or 0)].append((float(ts), float(ts) + float(dur), name))
     except UnicodeDecodeError as exc:  # pragma: no cover - open_text replaces bad bytes
         raise TraceError(f"{path}: not text ({exc})") from exc
     except TraceError as exc:
@@ -364,12 +511,63 @@ def analyse(path: Path, issues: Issues | None = None) -> TraceTiming:
     if not steps:
         raise TraceError(f"{path}: the trace has no ProfilerStep: record it with torch.profiler.profile(schedule=...) "
                          "and call prof.step() each iteration, so timing can be split per step")
+    _classify_all(gpu, runtime, ops, ranges)
     return _per_step(header, steps, durations, runtime, launches, gpu, comm_ops, count, issues)
+
+
+def _innermost(intervals: list[tuple[float, float, Any]], starts: list[float], ts: float) -> Any:
+    """The payload of the latest-starting interval (sorted by start) that holds ``ts``, or None."""
+    j = bisect.bisect_right(starts, ts) - 1
+    while j >= 0:
+        if intervals[j][0] <= ts <= intervals[j][1]:
+            return intervals[j][2]
+        j -= 1
+        if j >= 0 and ts - intervals[j][0] > 60e6:  # CPU ops do not last a minute: stop looking back
+            break
+    return None
+
+
+def _classify_all(gpu: list[_Gpu], runtime: dict[Any, tuple[float, int]],
+                  ops: dict[int, list[tuple[float, float, str]]],
+                  ranges: dict[tuple[int, int], list[tuple[float, float, str]]] | None = None) -> None:
+    """Signals 2-5 of :func:`classify` for the kernels the name alone did not place."""
+    for intervals in (*ops.values(), *(ranges or {}).values()):
+        intervals.sort(key=lambda o: o[0])
+    starts = {tid: [o[0] for o in tid_ops] for tid, tid_ops in ops.items()}
+    range_starts = {key: [o[0] for o in r] for key, r in (ranges or {}).items()}
+    for g in gpu:
+        if g.klass == "communication":
+            g.signal = "name"
+            continue
+        if g.klass == "memcpy":
+            continue
+        launch = runtime.get(g.correlation) if g.correlation is not None else None
+        op = None
+        if launch is not None and launch[1] in ops:
+            op = _innermost(ops[launch[1]], starts[launch[1]], launch[0])
+        g.klass, g.signal = classify(g.name, g.cat, g.meta, op)
+        key = (g.device, g.stream)
+        if g.klass == "other" and ranges and key in ranges:  # a GPU-side annotation of a collective
+            annotation = _innermost(ranges[key], range_starts[key], g.ts)
+            if annotation is not None:
+                g.klass, signal = classify(g.name, g.cat, g.meta, annotation)
+                g.signal = "annotation" if signal == "cpu_op" else signal
+    time: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])  # stream -> [comm, all] us
+    for g in gpu:
+        if g.klass != "memcpy":
+            t = time[(g.device, g.stream)]
+            t[1] += g.dur
+            if g.klass == "communication":
+                t[0] += g.dur
+    comm_streams = {stream for stream, (comm, total) in time.items() if total and comm >= total / 2}
+    for g in gpu:
+        if g.klass == "other" and (g.device, g.stream) in comm_streams:
+            g.klass, g.signal = classify(g.name, g.cat, g.meta, None, comm_stream=True)
 
 
 def _per_step(header: dict[str, Any], steps: list[tuple[float, float, int]], durations: dict[int, float],
               runtime: dict[Any, tuple[float, int]],
-              launches: list[tuple[float, float]], gpu: list[Any], comm_ops: dict[int, list[Any]], count: int,
+              launches: list[tuple[float, float]], gpu: list[_Gpu], comm_ops: dict[int, list[Any]], count: int,
               issues: Issues) -> TraceTiming:
     steps.sort()
     starts = [s[0] for s in steps]
@@ -380,30 +578,30 @@ def _per_step(header: dict[str, Any], steps: list[tuple[float, float, int]], dur
 
     devices: dict[int, int] = defaultdict(int)
     for g in gpu:
-        devices[g[4]] += 1
+        devices[g.device] += 1
     device_pid = max(devices, key=lambda d: devices[d]) if devices else None
     if device_pid is not None and len(devices) > 1:
         issues.note(f"the trace holds GPU events of {len(devices)} devices: timing covers device {device_pid} "
                     f"({devices[device_pid]} events)")
-    for ops in comm_ops.values():
-        ops.sort(key=lambda o: o[0])
-    per_step: list[list[Any]] = [[] for _ in steps]
+    for tid_ops in comm_ops.values():
+        tid_ops.sort(key=lambda o: o[0])
+    op_starts = {tid: [o[0] for o in tid_ops] for tid, tid_ops in comm_ops.items()}
+    per_step: list[list[tuple[float, float, _Gpu, dict[str, Any] | None]]] = [[] for _ in steps]
+    device_work: list[tuple[float, float]] = []
     unattributed = 0
     for g in gpu:
-        if g[4] != device_pid:
+        if g.device != device_pid:
             continue
-        launch = runtime.get(g[3]) if g[3] is not None else None
+        device_work.append((g.ts, g.ts + g.dur))
+        launch = runtime.get(g.correlation) if g.correlation is not None else None
         index = step_of(launch[0]) if launch else None
         if index is None:
             unattributed += 1
             continue
-        meta = g[5]
-        if g[2] == "communication" and meta is None and launch is not None:
-            ops = comm_ops.get(launch[1], [])
-            j = bisect.bisect_right([o[0] for o in ops], launch[0]) - 1
-            if j >= 0 and ops[j][0] <= launch[0] <= ops[j][1]:
-                meta = ops[j][2]
-        per_step[index].append((g[0], g[0] + g[1], g[2], meta, g[6], g[1]))
+        meta = g.meta
+        if g.klass == "communication" and meta is None and launch is not None and launch[1] in comm_ops:
+            meta = _innermost(comm_ops[launch[1]], op_starts[launch[1]], launch[0])
+        per_step[index].append((g.ts, g.ts + g.dur, g, meta))
     if unattributed:
         issues.note(f"{unattributed} GPU event(s) were launched outside every ProfilerStep (or their launch is not "
                     "in the trace): not attributed to a step")
@@ -412,37 +610,59 @@ def _per_step(header: dict[str, Any], steps: list[tuple[float, float, int]], dur
         index = step_of(ts)
         if index is not None:
             launch_per_step[index] += dur
+    windows = _gpu_windows(per_step)
+    device_u = _union(device_work)
     result: list[StepTiming] = []
-    for (start, _end, number), events, launch_us in zip(steps, per_step, launch_per_step, strict=True):
+    signals: dict[str, int] = {}
+    libraries: dict[str, float] = {}
+    unclassified: dict[str, list[float]] = {}
+    for (start, _end, number), events, launch_us, window in zip(steps, per_step, launch_per_step, windows,
+                                                               strict=True):
         seconds = dict.fromkeys(CATEGORIES, 0.0)
-        comm_intervals, other_intervals = [], []
+        comm_intervals, ep_intervals, other_intervals = [], [], []
         comms: dict[str, dict[str, Any]] = {}
-        for s, e, klass, meta, name, dur in events:
-            seconds[klass] += dur / 1e6
-            if klass == "communication":
-                comm_intervals.append((s, e))
-                label = collective(name, meta)
-                seconds[f"comm:{label}"] = seconds.get(f"comm:{label}", 0.0) + dur / 1e6
-                c = comms.setdefault(label, {"calls": 0, "seconds": 0.0})
-                c["calls"] += 1
-                c["seconds"] += dur / 1e6
-                size = _message_bytes(meta)
-                if size is not None:
-                    c["bytes"] = c.get("bytes", 0) + size
-                    c["timed_seconds"] = c.get("timed_seconds", 0.0) + dur / 1e6
-                    group = meta.get("Group size") if meta else None
-                    if isinstance(group, int) and group > 1:
-                        c["group_size"] = group
-            else:
+        for s, e, g, meta in events:
+            dur = g.dur
+            seconds[g.klass] += dur / 1e6
+            if g.klass == "other":
+                u = unclassified.setdefault(short_name(g.name), [0.0, 0])
+                u[0] += dur / 1e6
+                u[1] += 1
+            if g.klass != "communication":
                 other_intervals.append((s, e))
-        comm_u, other_u = _union(comm_intervals), _union(other_intervals)
+                continue
+            comm_intervals.append((s, e))
+            signal = g.signal or "name"
+            signals[signal] = signals.get(signal, 0) + 1
+            lib = library(g.name) or "unknown"
+            libraries[lib] = libraries.get(lib, 0.0) + dur / 1e6
+            label = collective(g.name, meta)
+            if lib in EP_LIBRARIES or label in _EP_COLLECTIVES:
+                ep_intervals.append((s, e))
+            seconds[f"comm:{label}"] = seconds.get(f"comm:{label}", 0.0) + dur / 1e6
+            c = comms.setdefault(label, {"calls": 0, "seconds": 0.0})
+            c["calls"] += 1
+            c["seconds"] += dur / 1e6
+            size = _message_bytes(meta)
+            if size is not None:
+                c["bytes"] = c.get("bytes", 0) + size
+                c["timed_seconds"] = c.get("timed_seconds", 0.0) + dur / 1e6
+                group = meta.get("Group size") if meta else None
+                if isinstance(group, int) and group > 1:
+                    c["group_size"] = group
+        comm_u, ep_u, other_u = _union(comm_intervals), _union(ep_intervals), _union(other_intervals)
         overlapped = _intersection(comm_u, other_u)
+        ep_overlapped = _intersection(ep_u, other_u)
         busy_u = _union(comm_u + other_u)
         seconds["comm_overlapped"] = overlapped / 1e6
         seconds["comm_exposed"] = (_length(comm_u) - overlapped) / 1e6
+        seconds["comm_ep_overlapped"] = ep_overlapped / 1e6
+        seconds["comm_ep_exposed"] = (_length(ep_u) - ep_overlapped) / 1e6
         seconds["gpu_busy"] = _length(busy_u) / 1e6
-        span = (busy_u[-1][1] - busy_u[0][0]) if busy_u else 0.0
-        seconds["gpu_idle"] = (span - _length(busy_u)) / 1e6
+        if window is not None:
+            seconds["gpu_idle"] = (window[1] - window[0] - _intersection(device_u, [window])) / 1e6
+        else:
+            seconds["gpu_idle"] = 0.0
         seconds["cpu_launch"] = launch_us / 1e6
         seconds["step"] = durations[number] / 1e6
         for label, c in comms.items():
@@ -460,11 +680,36 @@ def _per_step(header: dict[str, Any], steps: list[tuple[float, float, int]], dur
     if device_pid is not None:
         device = next((p.get("name") for p in props if isinstance(p, dict) and p.get("id") == device_pid), None)
     base = header.get("baseTimeNanoseconds")
-    return TraceTiming(
+    listed = sorted(((n, v[0], int(v[1])) for n, v in unclassified.items()), key=lambda x: (-x[1], x[0]))
+    timing = TraceTiming(
         steps=result, rank=_int(info.get("rank")), world_size=_int(info.get("world_size")), device=device,
         events=count, gpu_events=len(gpu), unattributed=unattributed,
         base_s=base / 1e9 if isinstance(base, int | float) else 0.0,
+        unclassified=listed, signals=signals, libraries=libraries,
     )
+    share = timing.unclassified_share
+    if listed and share is not None:
+        total = sum(x[1] for x in listed)
+        top = ", ".join(f"{n} ({sec * 1e3:.3g} ms)" for n, sec, _ in listed[:3])
+        timing.notes.append(f"{sum(x[2] for x in listed)} kernel(s) of {len(listed)} kind(s) matched no kernel class "
+                            f"(other): {total * 1e3:.4g} ms, {share:.1%} of GPU kernel time; the largest: {top}")
+    return timing
+
+
+def _gpu_windows(per_step: list[list[tuple[float, float, Any, Any]]]) -> list[tuple[float, float] | None]:
+    """Each step's GPU window: from its first kernel to the next step's first kernel (the last step's: to the
+    end of the last attributed kernel); None for a step without GPU work."""
+    firsts = [min((s for s, _e, *_ in events), default=None) for events in per_step]
+    last_end = max((e for events in per_step for _s, e, *_ in events), default=None)
+    windows: list[tuple[float, float] | None] = []
+    for i, first in enumerate(firsts):
+        if first is None or last_end is None:
+            windows.append(None)
+            continue
+        later = [f for f in firsts[i + 1:] if f is not None]
+        end = min(later) if later else last_end
+        windows.append((first, max(first, end)))
+    return windows
 
 
 def _int(v: Any) -> int | None:
@@ -486,5 +731,5 @@ def finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-__all__ = ["CATEGORIES", "StepTiming", "TraceError", "TraceTiming", "analyse", "category", "collective",
-           "iter_trace"]
+__all__ = ["CATEGORIES", "EP_LIBRARIES", "LIBRARIES", "SIGNALS", "StepTiming", "TraceError", "TraceTiming", "analyse",
+           "category", "classify", "collective", "iter_trace", "library", "short_name"]

@@ -2,6 +2,7 @@
 
     BadInput
     ├── TooFewReceipts       too few usable receipts to fit; says how many and which dimensions vary
+    ├── DegenerateDesign     the receipts cannot identify the fit's parameters; says why and which runs would
     ├── NoFeasiblePlan       no parallel plan fits a geometry in memory; says the smallest memory it needs
     └── UnknownHardware      a hardware profile that is neither known nor a readable file; lists the known
 """
@@ -13,6 +14,10 @@ from ledger.errors import BadInput
 
 class TooFewReceipts(BadInput):
     """Too few usable receipts (or too little variation among them) to fit a model."""
+
+
+class DegenerateDesign(BadInput):
+    """Receipts whose design (too few distinct points, collinear or narrow variables) cannot identify a fit."""
 
 
 class NoFeasiblePlan(BadInput):

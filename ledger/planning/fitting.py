@@ -1,17 +1,21 @@
-"""Robust non-linear least squares of the scaling law (numpy only).
+"""Robust non-linear least squares of the scaling law (scipy.optimize.least_squares).
 
 - Residuals in log space, r = log L_pred - log L_obs, under a Huber loss (delta: ``huber_delta``, or
-  "auto": 1.345 x the robust scale (MAD) of the residuals of a first fit, the usual 95%-efficiency tuning).
-- Levenberg-Marquardt on iteratively reweighted residuals (a Huber step is a weighted least-squares
-  step); coefficients in log space with each term's variables centred on the data, so a, alpha and the
-  others are not strongly correlated; exponents kept in [0, 3].
-- Multiple initialisations (the default law, then random ones); the lowest Huber objective wins.
-- Parameters the data cannot identify are fixed at the default law's values, and the fit says why:
-  a variable that does not vary (its exponents; and a term's coefficient when all its variables are
-  constant, since it merges with e), too few observations for the free parameters (fixed in the order
-  of :data:`PRIORITY`), or a rank-deficient Jacobian at the optimum (near-collinear directions).
-- 95% confidence intervals from a case bootstrap over receipts (percentiles); held-out error from
-  k-fold cross-validation over receipts (leave-one-out with 5 receipts or fewer).
+  "auto": 1.345 x the robust scale (MAD) of the residuals of a first least-squares fit, the usual
+  95%-efficiency tuning), solved by scipy's trust-region reflective method with the analytic Jacobian;
+  coefficients in log space with each term's variables centred on the data, so a, alpha and the others are
+  not strongly correlated; exponents kept in [0, 3]. Everything is vectorised over observations.
+- Multiple initialisations (the prior law, then random exponents with the coefficients that fit best for
+  them); the lowest Huber objective wins.
+- Before fitting, the design is checked (:mod:`ledger.planning.design`): distinct design points per free
+  parameter, the range of each variable, collinearity. A design that cannot identify the law is refused with
+  the runs that would make it identifiable, as commands. A variable that does not vary fixes its exponents
+  (and a term whose variables are all constant, which merges with e), and the fit says so.
+- After fitting, a term the fit drives to zero is dropped and its exponents fixed (they have no effect).
+- 95% intervals from a case bootstrap over receipts (percentiles; the bootstrap vectors are kept, so that
+  `ledger plan --law-from` resamples them with their correlations); held-out error from k-fold
+  cross-validation over receipts (leave-one-out with 5 receipts or fewer), with its n.
+- The support: the range of N_tot, D, S and G of the data, which `ledger plan` uses as its frontier.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.optimize import least_squares
 
+from ledger.planning.design import Check, check_law
 from ledger.planning.errors import TooFewReceipts
 from ledger.planning.law import (
     COEFFICIENTS,
     DEFAULT_LAW,
     EXPONENTS,
+    FORM,
     PARAMS,
     TERM_VARIABLES,
     TERMS,
@@ -41,9 +48,11 @@ Array = NDArray[np.float64]
 MIN_RECEIPTS = 4
 """Fewer receipts than this are refused: nothing would be left to check a fit against."""
 PRIORITY = ("eta", "delta", "gamma", "j", "lam", "beta", "alpha", "c", "b", "a")
-"""Order in which parameters are fixed when there are too few observations for all of them."""
+"""Order in which a near-collinear direction's parameter is fixed (the hardest to identify first)."""
 EXP_BOUNDS = (0.0, 3.0)
 LOG_BOUNDS = (-60.0, 60.0)
+REFINE = 6
+"""Random starts refined by the solver (the most promising of ``inits`` screened by their objective)."""
 RANK_TOL = 1e-6
 """Relative singular value of the normalised Jacobian below which a direction is not identifiable."""
 VARIABLE_NAMES = ("N_tot", "D", "S", "G")
@@ -107,11 +116,12 @@ class LawFit:
     law: Law
     free: list[str]
     fixed: dict[str, str]
-    """Fixed parameter -> why (fixed at the default law's value)."""
+    """Fixed parameter -> why."""
     ci: dict[str, tuple[float, float]]
     """95% bootstrap interval of each parameter (a point for fixed ones)."""
     in_sample: dict[str, float]
     held_out: dict[str, float]
+    """rmse_log, mape_pct, max_ape_pct, folds and n (observations predicted while held out)."""
     n_observations: int
     n_receipts: int
     variation: str
@@ -120,6 +130,11 @@ class LawFit:
     bootstrap: int
     notes: list[str] = field(default_factory=list)
     prior: Law = DEFAULT_LAW
+    samples: Array | None = None
+    """The bootstrap parameter vectors (bootstrap x 11)."""
+    support: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Range of each variable (N_tot, D, S, G) in the data."""
+    design: Check | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,7 +147,7 @@ class LawFit:
                 }
                 for p in PARAMS
             },
-            "form": "L = a/N_tot^alpha + b/D^beta + c/(1-S)^lam + j/((1-S)^delta N_tot^gamma G^eta) + e",
+            "form": FORM,
             "free": self.free,
             "fixed": self.fixed,
             "in_sample": self.in_sample,
@@ -140,9 +155,12 @@ class LawFit:
             "observations": self.n_observations,
             "receipts": self.n_receipts,
             "variation": self.variation,
+            "support": {k: list(v) for k, v in self.support.items()},
+            "design": self.design.to_dict() if self.design else None,
             "huber_delta": self.huber_delta,
             "inits": self.inits,
             "bootstrap": self.bootstrap,
+            "samples": self.samples.tolist() if self.samples is not None else [],
             "notes": self.notes,
         }
 
@@ -157,6 +175,12 @@ class _Model:
         self.center = X.mean(axis=0)
         self.Xc = X - self.center
         self.y = np.log(data.loss)
+
+    def sub(self, rows: NDArray[np.int64]) -> _Model:
+        """The same model (same centre, so theta means the same) on some rows, repeats allowed."""
+        out = object.__new__(_Model)
+        out.center, out.Xc, out.y = self.center, self.Xc[rows], self.y[rows]
+        return out
 
     def to_theta(self, law: Law) -> Array:
         cN, cD, cS, cG = self.center
@@ -243,48 +267,44 @@ def huber(r: Array, delta: float) -> Array:
     return np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
 
 
-def _weights(r: Array, delta: float) -> Array:
-    a = np.abs(r)
-    return np.where(a <= delta, 1.0, delta / np.maximum(a, 1e-300))
+def _bounds(free: NDArray[np.int64]) -> tuple[Array, Array]:
+    lo = np.array([EXP_BOUNDS[0] if PARAMS[i] in EXPONENTS else LOG_BOUNDS[0] for i in free], dtype=float)
+    hi = np.array([EXP_BOUNDS[1] if PARAMS[i] in EXPONENTS else LOG_BOUNDS[1] for i in free], dtype=float)
+    return lo, hi
 
 
-def _lm(model: _Model, th0: Array, free: NDArray[np.int64], delta: float, mult: Array,
-        max_iter: int = 200) -> tuple[Array, float]:
-    """Levenberg-Marquardt on IRLS-weighted residuals of the free parameters; returns (theta, objective)."""
-    th = _clip(th0)
-    pred = model.predict_log(th)
-    obj = float((mult * huber(pred - model.y, delta)).sum())
-    mu = 1e-3
-    for _ in range(max_iter):
-        pred, J = model.jacobian(th)
-        r = pred - model.y
-        w = _weights(r, delta) * mult
-        Jf = J[:, free]
-        JtW = Jf.T * w
-        H = JtW @ Jf
-        grad = JtW @ r
-        diag = np.maximum(np.diag(H), 1e-12)
-        accepted = False
-        for _ in range(12):
-            try:
-                step = np.linalg.solve(H + mu * np.diag(diag), -grad)
-            except np.linalg.LinAlgError:
-                mu *= 10
-                continue
-            cand = th.copy()
-            cand[free] += step
-            cand = _clip(cand)
-            cobj = float((mult * huber(model.predict_log(cand) - model.y, delta)).sum())
-            if math.isfinite(cobj) and cobj < obj:
-                done = obj - cobj <= 1e-12 * max(obj, 1e-300) or float(np.abs(cand - th).max()) < 1e-10
-                th, obj = cand, cobj
-                mu = max(mu / 3.0, 1e-12)
-                accepted = True
-                break
-            mu *= 4.0
-        if not accepted or done:
-            break
-    return th, obj
+def _solve(model: _Model, th0: Array, free: NDArray[np.int64], delta: float,
+           max_nfev: int = 200) -> tuple[Array, float]:
+    """Robust non-linear least squares of the free parameters (scipy's trust-region reflective solver with
+    a Huber loss of threshold ``delta`` on log residuals, bounds on exponents); returns (theta, objective)."""
+    base = _clip(th0)
+    if free.size == 0:
+        return base, float(huber(model.predict_log(base) - model.y, delta).sum())
+    lo, hi = _bounds(free)
+
+    def fun(x: Array) -> Array:
+        th = base.copy()
+        th[free] = x
+        out: Array = model.predict_log(th) - model.y
+        return out
+
+    def jac(x: Array) -> Array:
+        th = base.copy()
+        th[free] = x
+        _, J = model.jacobian(th)
+        out: Array = J[:, free]
+        return out
+
+    x0 = np.clip(base[free], lo, hi)
+    try:
+        res = least_squares(fun, x0, jac=jac, bounds=(lo, hi), loss="huber" if delta < 1e5 else "linear",
+                            f_scale=min(delta, 1e5), method="trf", max_nfev=max_nfev, x_scale="jac")
+    except (ValueError, np.linalg.LinAlgError):
+        return base, math.inf
+    th = base.copy()
+    th[free] = res.x
+    obj = float(huber(np.asarray(res.fun), delta).sum())
+    return th, obj if math.isfinite(obj) else math.inf
 
 
 # ------------------------------------------------------------------------------------------ the fit
@@ -360,18 +380,25 @@ def _rank_deficient(model: _Model, th: Array, free: NDArray[np.int64]) -> str | 
 
 
 def _distinct_optima(optima: list[tuple[float, Array]], best: float, free: NDArray[np.int64],
-                     keep: int = 1) -> list[Array]:
+                     keep: int = 1, within: float = 3.0) -> list[Array]:
     """Up to ``keep`` local optima other than the best, within a few times its objective, that differ
     from it and from each other (in the free parameters)."""
     out: list[Array] = []
     ref = [min(optima, key=lambda o: o[0])[1]]
     for obj, th in sorted(optima, key=lambda o: o[0]):
-        if len(out) >= keep or obj > 3.0 * best + 1e-12:
+        if len(out) >= keep or obj > within * best + 1e-12:
             break
         if all(float(np.abs(th[free] - r[free]).max()) > 0.05 for r in ref):
             out.append(th)
             ref.append(th)
     return out
+
+
+def _errors(pred_log: Array, y: Array) -> dict[str, float]:
+    r = pred_log - y
+    pct = np.abs(np.expm1(r))
+    return {"rmse_log": float(np.sqrt(np.mean(r * r))), "mape_pct": float(100 * pct.mean()),
+            "max_ape_pct": float(100 * pct.max()), "n": float(r.size)}
 
 
 def fit_law(
@@ -384,8 +411,10 @@ def fit_law(
     huber_delta: float | None = None,
     seed: int = 0,
     fixed: dict[str, float] | None = None,
+    ref: str = "REF",
 ) -> LawFit:
-    """Fit the law to ``data``; see the module docstring. ``fixed`` pins parameters to given values."""
+    """Fit the law to ``data``; see the module docstring. ``fixed`` pins parameters to given values;
+    ``ref`` names a receipt in the commands of a refusal."""
     if data.receipts < MIN_RECEIPTS:
         raise TooFewReceipts(
             f"too few receipts to fit the law: {data.receipts} usable, at least {MIN_RECEIPTS} needed; "
@@ -403,47 +432,43 @@ def fit_law(
     base = prior.with_(**(fixed or {}))
     prior_th = model.to_theta(base)
     why: dict[str, str] = {p: "given" for p in (fixed or {})}
-    # a term that cannot vary, or that too few observations cannot support, is dropped (coefficient 0);
-    # an exponent that cannot be identified keeps the default law's value
+    # a term that cannot vary is dropped (coefficient 0); an exponent that cannot be identified keeps the
+    # prior's value and has no say in the prediction within the support
     zero = prior.with_(**{c: 0.0 for c in COEFFICIENTS if c != "e"})
     for p, reason in _structural(data).items():
         why.setdefault(p, reason)
         if p in COEFFICIENTS:
             prior_th[_IDX[p]] = model.to_theta(zero)[_IDX[p]]
-    max_free = max(1, len(data) - 2)
-    for p in PRIORITY:
-        if len([q for q in PARAMS if q not in why]) <= max_free:
-            break
-        if p not in why:
-            dropped = " (its term is dropped)" if p in COEFFICIENTS else ""
-            why[p] = f"too few observations ({len(data)}) for more than {max_free} free parameters{dropped}"
-            if p in COEFFICIENTS:
-                prior_th[_IDX[p]] = LOG_BOUNDS[0]
-    ones = np.ones(len(data))
+    design = check_law(data.n_tot, data.d, data.s, data.g, free=len([p for p in PARAMS if p not in why]),
+                       ref=ref, granularity=float(np.median(data.g)))
+    design.raise_if_degenerate(f"the law on {data.receipts} receipts ({data.describe()})")
 
     def free_idx() -> NDArray[np.int64]:
         return np.array([_IDX[p] for p in PARAMS if p not in why], dtype=np.int64)
 
-    # a first least-squares-like fit (from the default exponents with fitted coefficients) sets an
-    # automatic Huber delta
-    delta = huber_delta
+    # a first least-squares fit (from the prior's exponents with fitted coefficients) sets an automatic delta
     free = free_idx()
     prior_th = _linear_coefficients(model, prior_th, free)
-    th, _ = _lm(model, prior_th, free, 1e6, ones)
+    th, _ = _solve(model, prior_th, free, 1e6)
+    delta = huber_delta
     if delta is None:
         r = model.predict_log(th) - model.y
         mad = float(np.median(np.abs(r - np.median(r)))) / 0.6745
         delta = max(1.345 * mad, 1e-4)
 
     best_th, best_obj = th, math.inf
+    optima: list[tuple[float, Array]] = []
     notes: list[str] = []
     for _round in range(len(PARAMS)):
         free = free_idx()
         starts = [prior_th, best_th] + [_random_theta(model, best_th, free, rng) for _ in range(max(0, inits - 2))]
+        # screen every start by its objective (cheap), refine the most promising ones
+        screened = [float(huber(model.predict_log(st) - model.y, delta).sum()) for st in starts[2:]]
+        starts = starts[:2] + [starts[2 + i] for i in np.argsort(screened)[:REFINE]]
         best_obj = math.inf
-        optima: list[tuple[float, Array]] = []
+        optima = []
         for start in starts:
-            cand, obj = _lm(model, start, free, delta, ones)
+            cand, obj = _solve(model, start, free, delta)
             optima.append((obj, cand))
             if obj < best_obj:
                 best_th, best_obj = cand, obj
@@ -451,15 +476,14 @@ def fit_law(
         if weak is None:
             break
         share = _shares(model, best_th)
-        if weak in COEFFICIENTS and share[weak] < 1e-6:
-            why[weak] = "the fit drives its term to zero"
-            for exp in TERMS[weak]:
-                if exp not in why:
-                    why[exp] = f"no effect: the fit drives {weak}'s term to zero"
-                    best_th[_IDX[exp]] = prior_th[_IDX[exp]]
-        elif weak in EXPONENTS and share[next(c for c, e in TERMS.items() if weak in e)] < 1e-6:
-            why[weak] = f"no effect: the fit drives {next(c for c, e in TERMS.items() if weak in e)}'s term to zero"
-            best_th[_IDX[weak]] = prior_th[_IDX[weak]]
+        owner = weak if weak in COEFFICIENTS else next(c for c, e in TERMS.items() if weak in e)
+        if share[owner] < 1e-6:
+            for p in (owner, *TERMS[owner]):
+                if p not in why:
+                    why[p] = "the fit drives its term to zero" if p == owner else \
+                        f"no effect: the fit drives {owner}'s term to zero"
+                    if p != owner:
+                        best_th[_IDX[p]] = prior_th[_IDX[p]]
         else:  # a flat direction: any value along it fits as well, so keep the one found
             why[weak] = "not identifiable from these receipts (a near-collinear direction of the Jacobian); " \
                         "kept at the value found"
@@ -469,14 +493,7 @@ def fit_law(
         name = PARAMS[p]
         if name in EXPONENTS and best_th[p] in EXP_BOUNDS:
             notes.append(f"{name} sits at its bound {best_th[p]:g}")
-
-    def errors(pred_log: Array, y: Array) -> dict[str, float]:
-        r = pred_log - y
-        pct = np.abs(np.expm1(r))
-        return {"rmse_log": float(np.sqrt(np.mean(r * r))), "mape_pct": float(100 * pct.mean()),
-                "max_ape_pct": float(100 * pct.max())}
-
-    in_sample = errors(model.predict_log(best_th), model.y)
+    in_sample = _errors(model.predict_log(best_th), model.y)
 
     # held-out error: k-fold over receipts, warm-started at the fit
     groups = np.unique(data.group)
@@ -484,28 +501,27 @@ def fit_law(
     order = rng.permutation(groups)
     held_pred = np.full(len(data), np.nan)
     for f in range(k):
-        test_groups = order[f::k]
-        test = np.isin(data.group, test_groups)
-        th_f, _ = _lm(model, best_th, free, delta, (~test).astype(float))
+        test = np.isin(data.group, order[f::k])
+        th_f, _ = _solve(model.sub(np.where(~test)[0]), best_th, free, delta)
         held_pred[test] = model.predict_log(th_f)[test]
-    held_out = errors(held_pred, model.y) | {"folds": float(k)}
+    held_out = _errors(held_pred, model.y) | {"folds": float(k), "receipts": float(groups.size)}
 
-    # case bootstrap over receipts; each refit starts from the best fit and from the other distinct local
-    # optima the initialisations found (a flat valley, like c against e, is then explored, not assumed)
-    starts_b = [best_th] + _distinct_optima(optima, best_obj, free)
-    samples = []
+    # case bootstrap over receipts; each refit starts from the best fit and from another distinct local
+    # optimum the initialisations found (a flat valley, like c against e, is then explored, not assumed)
+    starts_b = [best_th] + _distinct_optima(optima, best_obj, free, within=1.1)
     index = {g: np.where(data.group == g)[0] for g in groups}
+    samples = []
     for _ in range(bootstrap):
         pick = rng.choice(groups, size=groups.size, replace=True)
-        mult = np.zeros(len(data))
-        for g in pick:
-            mult[index[g]] += 1.0
-        fits = [_lm(model, st, free, delta, mult, max_iter=100) for st in starts_b]
-        th_b, obj = min(fits, key=lambda f: f[1])
+        sub = model.sub(np.concatenate([index[g] for g in pick]))
+        th_b, obj = min((_solve(sub, st, free, delta, max_nfev=30) for st in starts_b), key=lambda f: f[1])
         if math.isfinite(obj):
             samples.append(model.to_law(th_b).vector())
-    ci: dict[str, tuple[float, float]] = {}
     arr = np.array(samples) if samples else np.empty((0, len(PARAMS)))
+    fixed_idx = [i for i, p in enumerate(PARAMS) if p in why]
+    if arr.shape[0]:
+        arr[:, fixed_idx] = law.vector()[fixed_idx]
+    ci: dict[str, tuple[float, float]] = {}
     for i, p in enumerate(PARAMS):
         if p in why or arr.shape[0] < 2:
             v = getattr(law, p)
@@ -515,6 +531,9 @@ def fit_law(
             ci[p] = (float(lo), float(hi))
     if bootstrap and arr.shape[0] < bootstrap:
         notes.append(f"{bootstrap - arr.shape[0]} bootstrap refits failed and were left out")
+    support = {"N_tot": (float(data.n_tot.min()), float(data.n_tot.max())),
+               "D": (float(data.d.min()), float(data.d.max())),
+               "S": (float(data.s.min()), float(data.s.max())), "G": (float(data.g.min()), float(data.g.max()))}
     return LawFit(
         law=law,
         free=[PARAMS[i] for i in free],
@@ -530,6 +549,9 @@ def fit_law(
         bootstrap=int(arr.shape[0]),
         notes=notes,
         prior=prior,
+        samples=arr if arr.shape[0] else None,
+        support=support,
+        design=design,
     )
 
 

@@ -122,11 +122,12 @@ def _at(tokens: np.ndarray, losses: np.ndarray, t: float, kind: str) -> float | 
 
 
 def law_data(con: Any, receipts: Sequence[dict[str, Any]], loss: str = "train",
-             at_tokens: Sequence[float] | None = None) -> tuple[Data, list[str], list[Skipped]]:
-    """Observations for :func:`ledger.planning.fitting.fit_law`, the label of each receipt used, and
-    the receipts skipped."""
+             at_tokens: Sequence[float] | None = None) -> tuple[Data, list[str], list[str], list[Skipped]]:
+    """Observations for :func:`ledger.planning.fitting.fit_law`, the label and the id of each receipt used,
+    and the receipts skipped."""
     rows: list[tuple[float, float, float, float, float, int]] = []
     labels: list[str] = []
+    ids: list[str] = []
     skipped: list[Skipped] = []
     for r in receipts:
         why = _usable(r)
@@ -168,11 +169,13 @@ def law_data(con: Any, receipts: Sequence[dict[str, Any]], loss: str = "train",
             points.append((float(tokens.max()), float(losses[tail].mean())))
         index = len(labels)
         labels.append(label(r))
+        ids.append(str(r["id"]))
         rows += [(n_tot, t, s, g, v, index) for t, v in points]
     if not rows:
-        return Data.of([], [], [], [], [], np.empty(0, dtype=np.int64)), labels, skipped
+        return Data.of([], [], [], [], [], np.empty(0, dtype=np.int64)), labels, ids, skipped
     a = np.array(rows, dtype=float)
-    return Data.of(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5].astype(np.int64)), labels, skipped
+    data = Data.of(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4], a[:, 5].astype(np.int64))
+    return data, labels, ids, skipped
 
 
 # ----------------------------------------------------------------------------------------------- perf

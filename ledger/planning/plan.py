@@ -1,7 +1,10 @@
-"""The cluster-optimal search (MOSAIC): geometries x parallel plans on a cluster and a training window.
+"""The cluster-optimal search (MOSAIC): geometries x parallel plans on a cluster and a training window, with
+the law's uncertainty propagated by resampling.
 
 1. Geometries: widths (hidden) with layers = hidden / aspect, heads of 128, a dense FFN of 4 x hidden,
-   and every (experts, top_k, granularity) of the grid with top_k < experts, plus the dense model.
+   and every (experts, top_k, granularity) of the grid with top_k < experts and sparsity up to the frontier,
+   plus the dense model. The frontier is the law's support (the highest sparsity of the data it was fit on),
+   or ``--max-sparsity``; beyond the support the plan says it extrapolates.
 2. Plans per geometry: tp (within a node) x pp (dividing the layers) x ep (dividing the experts and
    dp x tp) x micro-batch x full recomputation on/off, dp = devices / (tp x pp); a plan is feasible when
    its predicted memory per device fits the hardware's. Each geometry keeps its highest-MFU feasible plan.
@@ -13,6 +16,11 @@
    C = C_peak x goodput x window x MFU*, MFU* the cluster-optimal plan's (so both budgets agree at the
    cluster-optimal choice), or ``budget_flops``. The compute-optimal choice ignores what MFU the cluster
    delivers for it; its loss under the deliverable budget says what that costs.
+5. Uncertainty: the choice is repeated for ``draws`` parameter vectors of the law (its bootstrap vectors, or
+   its published standard errors); the result gives the probability that the cluster-optimal choice beats
+   the compute-optimal one on this cluster, the loss gap with its 95% interval, and how often the optimum
+   is interior. ``sensitivity`` moves one coefficient at a time to the ends of its interval (or removes a
+   term without one) and names the coefficients that decide interior against frontier.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from numpy.typing import NDArray
 from ledger.planning.errors import NoFeasiblePlan
 from ledger.planning.geometry import Geometry
 from ledger.planning.hardware import Hardware
-from ledger.planning.law import Law
+from ledger.planning.law import COEFFICIENTS, PARAMS, LawSpec, predict_many
 from ledger.planning.perf import NOMINAL, Calibration, Estimate, Plan, predict
 
 Array = NDArray[np.float64]
@@ -46,8 +54,8 @@ class Space:
     experts: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512)
     top_k: tuple[int, ...] = (1, 2, 4, 8)
     granularity: tuple[float, ...] = (1, 2, 4, 8)
-    max_sparsity: float = 0.985
-    """The sparsity frontier of the search (MOSAIC's compute-optimal sparsity on B200s was about 0.985)."""
+    max_sparsity: float | None = None
+    """The sparsity frontier of the search (None: no limit; ``ledger plan`` sets the law's support)."""
     dense: bool = True
     """Also consider the dense model of each width."""
     ffn_mult: float = 4.0
@@ -70,7 +78,7 @@ class Space:
                 rows.append((layers, h, f, 1, 1, 1, 0))
             for e in self.experts:
                 for k in self.top_k:
-                    if k >= e or 1.0 - k / e > self.max_sparsity + 1e-12:
+                    if k >= e or (self.max_sparsity is not None and 1.0 - k / e > self.max_sparsity + 1e-12):
                         continue
                     for g in self.granularity:
                         if (f / g) < 1 or abs(f / g - round(f / g)) > 1e-9:
@@ -222,11 +230,18 @@ class PlanResult:
     curves: list[dict[str, float]]
     verdict: dict[str, Any]
     search: dict[str, Any]
+    law: dict[str, Any]
+    """The law: its name, every parameter with its source and interval, support, caveats."""
+    uncertainty: dict[str, Any]
+    support: dict[str, Any]
+    """The frontier, where it comes from, and where the choices extrapolate beyond the law's support."""
+    sensitivity: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "inputs": self.inputs,
+            "law": self.law,
             "cluster_optimal": self.cluster_optimal.to_dict(),
             "compute_optimal": self.compute_optimal.to_dict()
             | {"loss_under_deliverable_budget": self.compute_optimal_deliverable_loss,
@@ -235,6 +250,9 @@ class PlanResult:
                         "deliverable_model_flops_of_cluster_optimal": self.deliverable_flops},
             "curves": self.curves,
             "verdict": self.verdict,
+            "uncertainty": self.uncertainty,
+            "support": self.support,
+            "sensitivity": self.sensitivity,
             "search": self.search,
             "notes": self.notes,
         }
@@ -268,13 +286,166 @@ def infeasible_message(c: Candidates, hw: Hardware, devices: int, nodes: int) ->
             "more memory, or a smaller geometry")
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What the choice needs besides the law (all per geometry, law-independent)."""
+
+    n_tot: Array
+    s: Array
+    gran: Array
+    fpt: Array
+    mfu: Array
+    c_del: Array
+    d_del: Array
+    ok_del: NDArray[np.bool_]
+    feasible: NDArray[np.bool_]
+    c_peak_window: float
+    """C_peak x goodput x window."""
+    tokens: float | None
+    budget_flops: float | None
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The choice under each parameter row (k of them)."""
+
+    best: NDArray[np.int64]
+    co: NDArray[np.int64]
+    loss_del: Array
+    loss_fix: Array
+    d_fix: Array
+    c_fix: Array
+
+
+def _choose(V: Array, x: _Context) -> _Chosen:
+    """Cluster-optimal and compute-optimal choices for every parameter row of V (k x 11)."""
+    loss_del = np.where(x.ok_del[None, :], predict_many(V, x.n_tot, np.maximum(x.d_del, 1.0), x.s, x.gran), np.inf)
+    best = np.argmin(loss_del, axis=1)
+    c_fix = (np.full(V.shape[0], x.budget_flops) if x.budget_flops is not None
+             else x.c_peak_window * x.mfu[best])
+    if x.tokens is not None:
+        d_fix = np.full((V.shape[0], x.n_tot.size), float(x.tokens))
+        ok_fix = x.feasible[None, :] & (x.fpt[None, :] * x.tokens <= c_fix[:, None])
+    else:
+        d_fix = c_fix[:, None] / x.fpt[None, :]
+        ok_fix = np.broadcast_to(x.feasible[None, :], d_fix.shape)
+    loss_fix = np.where(ok_fix, predict_many(V, x.n_tot, np.maximum(d_fix, 1.0), x.s, x.gran), np.inf)
+    co = np.argmin(loss_fix, axis=1)
+    return _Chosen(best, co, loss_del, loss_fix, d_fix, c_fix)
+
+
+def _interior(s_choice: Array, s_lo: float, s_hi: float) -> NDArray[np.bool_]:
+    """Strictly inside the searched sparsity range (not at the frontier, not at the least sparse end)."""
+    return (s_choice < s_hi - 1e-9) & (s_choice > s_lo + 1e-9)
+
+
+def _pct(a: Array) -> list[float]:
+    return [float(v) for v in np.percentile(a, [2.5, 97.5])]
+
+
+def _uncertainty(spec: LawSpec, x: _Context, best: int, co: int, s_lo: float, s_hi: float, draws: int,
+                 seed: int) -> dict[str, Any]:
+    """The point choices' standing under the law's uncertainty, and how often the optimum itself moves."""
+    uncertain = spec.uncertain()
+    held = [p for p in PARAMS if p not in uncertain]
+    if draws <= 0 or not uncertain:
+        return {"draws": 0, "resampled": uncertain, "held_fixed": held,
+                "note": "no resampling: " + ("--draws 0" if draws <= 0 else "the law gives no interval for any "
+                                             "coefficient")}
+    V = spec.draws(draws, np.random.default_rng(seed))
+    ch = _choose(V, x)
+    rows = np.arange(draws)
+    # the point choices under each draw: the compute-optimal geometry's loss on this cluster minus the
+    # cluster-optimal one's (positive: the cluster-optimal choice is better on this cluster)
+    gap = ch.loss_del[rows, co] - ch.loss_del[rows, best]
+    same = best == co
+    s_best, s_co = x.s[ch.best], x.s[ch.co]
+    return {
+        "draws": draws,
+        "seed": seed,
+        "resampled": uncertain,
+        "held_fixed": held,
+        "from": "bootstrap vectors of the fit" if spec.samples is not None else "published standard errors "
+                "(independent normal draws truncated at 0)",
+        "same_choice": bool(same),
+        "p_cluster_optimal_beats_compute_optimal": 0.0 if same else float(np.mean(gap > 0)),
+        "loss_gap": {"point": None, "median": float(np.median(gap)), "ci95": _pct(gap),
+                     "what": "predicted loss on this cluster of the compute-optimal choice minus the "
+                             "cluster-optimal one's, for the point choices under each draw"},
+        "p_cluster_optimal_interior": float(np.mean(_interior(s_best, s_lo, s_hi))),
+        "p_compute_optimal_at_frontier": float(np.mean(s_co >= s_hi - 1e-9)),
+        "cluster_optimal_sparsity": {"median": float(np.median(s_best)), "ci95": _pct(s_best)},
+        "compute_optimal_sparsity": {"median": float(np.median(s_co)), "ci95": _pct(s_co)},
+    }
+
+
+def _sensitivity(spec: LawSpec, x: _Context, s_lo: float, s_hi: float) -> list[dict[str, Any]]:
+    """One coefficient at a time: the ends of its 95% interval, or its term removed when it has none; and
+    the value (0.1x to 10x its own) nearest to it at which the optimum changes between interior and frontier."""
+    base = spec.law.vector()
+    out = []
+    iv_of = spec.interval
+    point = _choose(base[None, :], x)
+    point_interior = bool(_interior(x.s[point.best], s_lo, s_hi)[0])
+    cases: list[tuple[str, str, list[float]]] = []
+    for p in PARAMS:
+        iv = spec.interval(p)
+        if iv is not None:
+            cases.append((p, "95% interval ends", list(iv)))
+        elif p in COEFFICIENTS and p != "e" and getattr(spec.law, p) > 0:
+            cases.append((p, "no interval: term removed", [0.0, getattr(spec.law, p)]))
+    for p, kind, values in cases:
+        V = np.tile(base, (len(values), 1))
+        V[:, PARAMS.index(p)] = values
+        ch = _choose(V, x)
+        rows = np.arange(len(values))
+        interior = _interior(x.s[ch.best], s_lo, s_hi)
+        gap = ch.loss_del[rows, ch.co] - ch.loss_del[rows, ch.best]
+        flip = _break_even(base, PARAMS.index(p), x, s_lo, s_hi, point_interior)
+        iv = iv_of(p)
+        inside = bool(flip is not None and iv is not None and iv[0] <= flip <= iv[1])
+        out.append({
+            "parameter": p, "kind": kind, "values": values, "flips_at": flip,
+            "flip_inside_interval": inside,
+            "cluster_optimal_sparsity": [float(v) for v in x.s[ch.best]],
+            "compute_optimal_sparsity": [float(v) for v in x.s[ch.co]],
+            "cluster_optimal_interior": [bool(v) for v in interior],
+            "loss_gap": [float(v) for v in gap],
+            "decides": bool(len(set(interior.tolist()) | {point_interior}) > 1 or inside),
+        })
+    return out
+
+
+SCAN = np.geomspace(0.1, 10.0, 41)
+"""Multiples of a coefficient's value scanned for the point where the optimum changes side."""
+
+
+def _break_even(base: Array, i: int, x: _Context, s_lo: float, s_hi: float, point_interior: bool) -> float | None:
+    """The value of parameter i nearest its point value (over 0.1x..10x) at which the cluster-optimal choice
+    changes between interior and frontier, others held; None when it never does in that range."""
+    if base[i] <= 0:
+        return None
+    V = np.tile(base, (SCAN.size, 1))
+    V[:, i] = base[i] * SCAN
+    interior = _interior(x.s[_choose(V, x).best], s_lo, s_hi)
+    changed = np.where(interior != point_interior)[0]
+    if not changed.size:
+        return None
+    nearest = changed[np.argmin(np.abs(np.log(SCAN[changed])))]
+    return float(V[nearest, i])
+
+
+def _outside(value: float, rng: tuple[float, float] | None) -> bool:
+    return rng is not None and not (rng[0] * (1 - 1e-9) <= value <= rng[1] * (1 + 1e-9))
+
+
 def search(
     space: Space,
     hw: Hardware,
     nodes: int,
     days: float,
     goodput: float,
-    law: Law,
+    law: LawSpec,
     cal: Calibration = NOMINAL,
     *,
     tokens: float | None = None,
@@ -282,6 +453,10 @@ def search(
     geometry: Geometry | None = None,
     plan: dict[str, int] | None = None,
     inputs: dict[str, Any] | None = None,
+    draws: int = 200,
+    seed: int = 0,
+    sensitivity: bool = False,
+    frontier_source: str = "",
 ) -> PlanResult:
     """Run the search; see the module docstring."""
     devices = nodes * hw.devices_per_node
@@ -294,9 +469,9 @@ def search(
     c_peak = devices * peak
     fpt = g.flops_per_token
     c_del = c_peak * est.mfu * goodput * window
-    n_tot, s, gran = g.total_params, g.sparsity, g.granularity
     notes: list[str] = []
-    if law.b < 1e-12:
+    point_law = law.law
+    if point_law.b < 1e-12:
         notes.append("the law has no token term (b = 0, fitted on receipts that all trained the same tokens): "
                      "more tokens do not lower its loss; fit it at matched token counts (--at-tokens)")
     ok = cands.feasible.copy()
@@ -313,21 +488,15 @@ def search(
         ok &= fits
     else:
         d_del = c_del / fpt
-    loss_del = np.where(ok, law.predict(n_tot, np.maximum(d_del, 1.0), s, gran), np.inf)
-    best = int(np.argmin(loss_del))
-    mfu_ref = float(est.mfu[best])
-    c_fix = budget_flops if budget_flops is not None else c_peak * goodput * window * mfu_ref
-    if tokens is not None:
-        d_fix = np.full(len(g), float(tokens))
-        ok_fix = cands.feasible & (fpt * tokens <= c_fix)
-    else:
-        d_fix = c_fix / fpt
-        ok_fix = cands.feasible.copy()
-    loss_fix = np.where(ok_fix, law.predict(n_tot, np.maximum(d_fix, 1.0), s, gran), np.inf)
+    x = _Context(n_tot=g.total_params, s=g.sparsity, gran=g.granularity, fpt=fpt, mfu=est.mfu, c_del=c_del,
+                 d_del=d_del, ok_del=ok, feasible=cands.feasible, c_peak_window=c_peak * goodput * window,
+                 tokens=tokens, budget_flops=budget_flops)
+    pt = _choose(point_law.vector()[None, :], x)
+    best, co = int(pt.best[0]), int(pt.co[0])
+    loss_del, loss_fix = pt.loss_del[0], pt.loss_fix[0]
     if not np.isfinite(loss_fix).any():
-        raise NoFeasiblePlan(f"no feasible geometry fits the fixed model-FLOP budget of {c_fix:.3g} FLOPs")
-    co = int(np.argmin(loss_fix))
-
+        raise NoFeasiblePlan(f"no feasible geometry fits the fixed model-FLOP budget of {pt.c_fix[0]:.3g} FLOPs")
+    s = x.s
     curves = []
     for sv in np.unique(np.round(s[cands.feasible], 12)):
         at = np.isclose(s, sv)
@@ -341,28 +510,69 @@ def search(
     s_all = s[cands.feasible]
     s_max, s_min = float(s_all.max()), float(s_all.min())
     s_co, s_cl = float(s[co]), float(s[best])
+    interior = bool(_interior(np.array([s_cl]), s_min, s_max)[0])
+    at_frontier = bool(s_co >= s_max - 1e-9)
+    gain = float(loss_del[co] - loss_del[best])
+    if interior:
+        finding = (f"interior optimum: the cluster-optimal sparsity {s_cl:.4g} lies inside the frontier {s_max:.4g}"
+                   + (" while the compute-optimal one sits at it" if at_frontier else ""))
+    elif s_cl >= s_max - 1e-9:
+        finding = f"no interior optimum: the cluster-optimal choice sits at the frontier (S = {s_max:.4g})"
+    else:
+        finding = f"no interior optimum: the cluster-optimal choice is the least sparse searched (S = {s_cl:.4g})"
     verdict = {
         "compute_optimal_sparsity": s_co,
         "cluster_optimal_sparsity": s_cl,
         "search_sparsity_range": [s_min, s_max],
-        "compute_optimal_at_frontier": bool(np.isclose(s_co, s_max)),
-        "cluster_optimal_interior": bool(s_min < s_cl < s_max and not np.isclose(s_cl, s_max)),
-        "loss_gain_over_compute_optimal": float(loss_del[co] - loss_del[best]),
+        "frontier": s_max,
+        "compute_optimal_at_frontier": at_frontier,
+        "cluster_optimal_interior": interior,
+        "interior_optimum": interior,
+        "finding": finding,
+        "loss_gain_over_compute_optimal": gain,
+    }
+    unc = _uncertainty(law, x, best, co, s_min, s_max, draws, seed)
+    if unc.get("draws"):
+        unc["loss_gap"]["point"] = gain
+    sup = law.support
+    extrap = []
+    for who, i in (("cluster-optimal", best), ("compute-optimal", co)):
+        tok = float(d_del[i]) if who == "cluster-optimal" else float(pt.d_fix[0, i])
+        for var, value in (("S", float(s[i])), ("G", float(x.gran[i])), ("N_tot", float(x.n_tot[i])), ("D", tok)):
+            if _outside(value, sup.get(var)):
+                lo, hi = sup[var]
+                extrap.append(f"the {who} choice's {var} = {value:.4g} lies outside the law's support "
+                              f"[{lo:.4g}, {hi:.4g}]: the plan extrapolates")
+    if not sup:
+        extrap.append("the law gives no support: the plan cannot say where it extrapolates")
+    support = {
+        "law_support": {k: list(v) for k, v in sup.items()},
+        "support_source": law.support_source,
+        "frontier": s_max,
+        "frontier_source": frontier_source or "the search grid",
+        "extrapolates": bool(extrap),
+        "extrapolation": extrap,
     }
     result = PlanResult(
         inputs=(inputs or {}) | {"devices": devices, "peak_flops_per_device": peak,
                                  "peak": hw.peak_name(space.precision), "c_peak": c_peak,
                                  "window_s": window, "goodput": goodput},
         cluster_optimal=_choice(cands, best, float(d_del[best]), float(loss_del[best])),
-        compute_optimal=_choice(cands, co, float(d_fix[co]), float(loss_fix[co])),
+        compute_optimal=_choice(cands, co, float(pt.d_fix[0, co]), float(loss_fix[co])),
         compute_optimal_deliverable_loss=float(loss_del[co]),
         compute_optimal_deliverable_tokens=float(d_del[co]),
-        fixed_budget_flops=float(c_fix),
+        fixed_budget_flops=float(pt.c_fix[0]),
         deliverable_flops=float(c_del[best]),
         curves=curves,
         verdict=verdict,
         search={"geometries": len(g), "memory_feasible": int(cands.feasible.sum()),
                 "plans_evaluated": cands.plans_evaluated, "seconds": cands.seconds},
+        law={"name": law.name, "form": "L = a/N_tot^alpha + b/D^beta + c/(1-S)^lam + "
+                                       "j/((1-S)^delta N_tot^gamma G^eta) + e",
+             "parameters": law.parameters(), "caveats": list(law.caveats)},
+        uncertainty=unc,
+        support=support,
+        sensitivity=_sensitivity(law, x, s_min, s_max) if sensitivity else None,
         notes=notes,
     )
     return result

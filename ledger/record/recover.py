@@ -71,10 +71,21 @@ def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
         ):
             return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
         outcome = _outcome(run_dir)
+        _capture_if_missing(run_dir, facts)
         receipt = publish(ledger, run_dir, outcome, locked=True, runtime=merge_runtime)
         return Recovered(run_dir.name, "published", receipt.id)
     finally:
         os.close(fd)
+
+
+def _capture_if_missing(run_dir: Path, facts: dict[str, object]) -> None:
+    """The metric capture of the launch's output and files when its wrapper died before doing it."""
+    from ledger.ingest.launch import finish, finished
+
+    command = facts.get("command")
+    if finished(run_dir) or not isinstance(command, list):
+        return
+    finish(run_dir, [str(a) for a in command], Path(str(facts.get("cwd") or run_dir)))
 
 
 def _outcome(run_dir: Path) -> Outcome:

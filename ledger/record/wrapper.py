@@ -67,6 +67,10 @@ class RecordOptions:
     telemetry_interval: float = 1.0
     stdout: IO[bytes] | None = None
     stderr: IO[bytes] | None = None
+    parse: str | None = None
+    """A pattern for step lines (``--parse``); see :mod:`ledger.ingest.launch`."""
+    tensorboard: Path | None = None
+    """A TensorBoard log directory to read besides the launch's directory (``--tensorboard``)."""
 
 
 @dataclass
@@ -187,6 +191,9 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
     if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
         raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
+    from ledger.ingest import launch
+
+    launch.check(opts.parse)
     env = dict(os.environ)
     redactor = Redactor(env, opts.env_names)
     run_uuid = uuid.uuid4().hex
@@ -211,6 +218,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     }
     write_wrapper_facts(run_dir, facts)
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
+    launch.start(run_dir, opts.command, opts.cwd, redactor)
 
     capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
     capture.start()
@@ -254,6 +262,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     from ledger.ingest.live import augment
 
     notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
+    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard))
     with contextlib.suppress(OSError):  # published as problems of the receipt
         add_problems(run_dir, notes)
     capture.join(timeout=60)
@@ -273,6 +282,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     os.close(lock_fd)
     fault("indexing")
     try_sync(ledger)
+    _say(err, f"ledger: {captured}")
     _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)
 

@@ -2,8 +2,11 @@
 with its confidence interval, and whether it still holds when both runs are replayed at another scale.
 
 A claim is built from two rows of `ledger compare`: throughput (tokens/s per device) and loss at matched
-tokens. It holds at another scale when the throughput effect has the same sign there and is still
-significant, and the loss verdict (equal, or which side is better) is unchanged.
+tokens. It is only stated when the evidence supports it: a throughput verdict that rests on between-run
+variance (replicates or the ledger's noise floor). Identical runs, two runs of one configuration and one run
+per side without a floor get no claim (``supported`` is False, exit status 1) and the commands that get the
+missing evidence. It holds at another scale when the throughput effect has the same sign there and is
+still significant, and the loss verdict (equal, or which side is better) is unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 THROUGHPUT = "tokens/s per device"
 LOSS = "loss @ matched tokens"
 NO_DIFFERENCE = "no significant difference"
+UNSUPPORTED = ("inconclusive", "same configuration", "identical", "unavailable")
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,15 @@ class Claim:
     """True: B faster; False: B slower; None: no significant throughput difference (or unavailable)."""
     loss_verdict: str
     confounded: list[str]
+    supported: bool = True
+    """False when the evidence supports no claim (then ``missing`` says what would)."""
+    missing: tuple[str, ...] = ()
+    """Commands that get the missing evidence."""
 
     def as_json(self) -> dict[str, Any]:
         return {"claim": self.text, "speedup": self.speedup, "speedup_ci": self.speedup_ci, "faster": self.faster,
-                "loss_verdict": self.loss_verdict, "confounded": self.confounded}
+                "loss_verdict": self.loss_verdict, "confounded": self.confounded, "supported": self.supported,
+                "missing": list(self.missing)}
 
 
 def _row(comparison: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -48,12 +57,24 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
     """The claim that `ledger compare --json` output supports."""
     thr, loss = _row(comparison, THROUGHPUT), _row(comparison, LOSS)
     confounded = sorted({f for c in comparison.get("confounded") or [] for f in c.get("factors", [])})
-    if thr is None or thr["verdict"] == "unavailable" or thr["ratio"] is None:
-        reason = thr["reason"] if thr else "no throughput row"
-        return Claim(f"no throughput claim: {reason}", None, None, None, "unavailable", confounded)
+    steps = tuple(comparison.get("next_steps") or ())
+    if comparison.get("identical"):
+        return Claim(f"no claim: {a} and {b} are identical (one configuration, bit-identical loss curves); their "
+                     "speed differs only by the machine's run-to-run noise", None, None, None, "identical",
+                     confounded, False)
+    if comparison.get("same_config"):
+        return Claim(f"no claim: {a} and {b} are replicates of one configuration (they differ at most in the "
+                     "seed); every difference between them is run-to-run noise", None, None, None,
+                     "same configuration", confounded, False)
+    if thr is None or thr["verdict"] in UNSUPPORTED or thr["ratio"] is None:
+        reason = (thr["reason"] if thr else None) or "no throughput row"
+        need = f"; get it with: {' or '.join(steps[:2])}" if steps else ""
+        return Claim(f"no claim: the throughput verdict is {thr['verdict'] if thr else 'unavailable'} ({reason}){need}",
+                     None, None, None, loss["verdict"] if loss else "unavailable", confounded, False, steps)
     ratio = float(thr["ratio"])
     ci = (float(thr["ci"][0]), float(thr["ci"][1])) if thr.get("ci") else None
-    ci_text = f" (tokens/s per device, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}])" if ci else ""
+    runs = f", {thr['evidence']}" if thr.get("evidence") else ""
+    ci_text = f" (tokens/s per device, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]{runs})" if ci else ""
     if thr["verdict"] == NO_DIFFERENCE:
         faster: bool | None = None
         head = f"no significant throughput difference between {b} and {a}: {ratio:.2f}x{ci_text}"
@@ -63,8 +84,9 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
     loss_verdict = loss["verdict"] if loss else "unavailable"
     if loss is None or loss_verdict == "unavailable":
         tail = f"; loss at matched tokens unavailable ({loss['reason'] if loss else 'no loss row'})"
-    elif loss_verdict == NO_DIFFERENCE:
-        tail = f" at equal loss {_tokens(loss.get('note', ''))}"
+    elif loss_verdict in (NO_DIFFERENCE, "identical"):
+        same = "identical" if loss_verdict == "identical" else "equal"
+        tail = f" at {same} loss {_tokens(loss.get('note', ''))}"
     else:
         lr = float(loss["ratio"]) if loss.get("ratio") is not None else float("nan")
         tail = f", but its loss at matched tokens is {loss_verdict} ({lr:.3f}x {_tokens(loss.get('note', ''))})"
@@ -77,8 +99,10 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
 def holds(original: Claim, scaled: Claim) -> tuple[bool, str]:
     """Whether the claim holds at the other scale, and why (same sign and significance of the speed-up,
     same loss verdict)."""
-    if original.faster is None:
+    if not original.supported or original.faster is None:
         return False, "the original comparison supports no speed claim"
+    if not scaled.supported:
+        return False, f"at the other scale the evidence supports no claim ({scaled.text})"
     if scaled.faster is None:
         return False, "at the other scale the throughput difference is not significant"
     if scaled.faster != original.faster:

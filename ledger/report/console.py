@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from ledger.errors import BadInput
+from ledger.report import fmt
 
 if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
     from schemas import Receipt
 
-# Piped output is read by tools and people alike: do not squeeze tables into 80 columns there.
-console = Console() if sys.stdout.isatty() else Console(width=200)
+# Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
+console = Console()
 MAX_ROWS = 1000
+SHORT_ID = 8
+"""Hex characters of an id shown in tables: always whole (a unique prefix that `show` and `compare` take)."""
 
 
 def _fmt(value: Any) -> str:
@@ -30,27 +36,93 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def receipts_table(rows: list[dict[str, Any]]) -> None:
-    """`ledger ls`."""
-    table = Table(show_lines=False)
-    for col in ("id", "name", "status", "started", "time s", "steps", "loss", "tok/s", "precision", "experts",
-                "tags"):
-        table.add_column(col)
+def _status(r: dict[str, Any]) -> str:
+    return str(r["status"]) + (f" ({r['problems']} problems)" if r["problems"] else "")
+
+
+def _experts(r: dict[str, Any]) -> str:
+    return f"{r['num_experts']}x top{r['top_k']}" if r["num_experts"] else "-"
+
+
+LS_COLUMNS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "id": lambda r: r["id"][:SHORT_ID],
+    "name": lambda r: _fmt(r["name"]),
+    "status": _status,
+    "started": lambda r: (r["started_at"] or "-")[:16].replace("T", " "),
+    "time": lambda r: fmt.duration(r["duration_s"]),
+    "attempt": lambda r: _fmt(r["attempt"]),
+    "steps": lambda r: _fmt(r["steps"]),
+    "loss": lambda r: _fmt(r["final_loss"]),
+    "tok/s": lambda r: fmt.si(r["tokens_per_s"]),
+    "precision": lambda r: _fmt(r["precision"]),
+    "experts": _experts,
+    "device": lambda r: _fmt(r["device"]),
+    "gpu": lambda r: _fmt(r["gpu_model"]),
+    "tags": lambda r: _fmt(r["tags"]),
+}
+"""`ledger ls --columns` names -> how a row shows in that column."""
+DEFAULT_LS_COLUMNS = ("id", "name", "status", "started", "time", "steps", "loss", "tok/s", "precision", "experts",
+                      "tags")
+_RIGHT = {"time", "attempt", "steps", "loss", "tok/s"}
+_WRAP = {"name", "tags", "status", "gpu"}
+_PRIORITY = ("id", "name", "status", "loss", "tok/s", "steps", "time", "precision", "experts", "started", "tags")
+"""Which default columns stay when the terminal is narrow (first ones first)."""
+MIN_NAME = 12
+
+
+def fitting_columns(rows: list[dict[str, Any]], width: int, columns: Sequence[str] = DEFAULT_LS_COLUMNS) -> list[str]:
+    """The default columns that fit ``width`` (in :data:`_PRIORITY` order, shown in table order)."""
+    need = {c: max([len(c), *(len(LS_COLUMNS[c](r)) for r in rows)]) + 3 for c in columns}  # + padding, rule
+    for c in _WRAP & set(need):
+        need[c] = min(need[c], MIN_NAME + 3)
+    chosen: set[str] = set()
+    used = 0
+    for c in (c for c in _PRIORITY if c in columns):
+        if used + need[c] <= width or not chosen:
+            chosen.add(c)
+            used += need[c]
+    return [c for c in columns if c in chosen]
+
+
+def receipts_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> None:
+    """`ledger ls`: ids whole (8 hex characters), long names and tags wrap instead of being cut; without
+    ``columns``, the default columns that fit the terminal's width."""
+    if columns is None:
+        columns = fitting_columns(rows, console.width)
+    unknown = [c for c in columns if c not in LS_COLUMNS]
+    if unknown or not columns:
+        raise BadInput(f"unknown column(s) {', '.join(map(repr, unknown)) or '(none given)'} for --columns; "
+                       f"choose from: {','.join(LS_COLUMNS)}")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in columns:
+        if col in _WRAP:
+            table.add_column(col, overflow="fold", min_width=9 if col == "status" else min(MIN_NAME, len(col) + 2))
+        else:
+            table.add_column(col, no_wrap=True, justify="right" if col in _RIGHT else "left",
+                             min_width=SHORT_ID if col == "id" else None)
     for r in rows:
-        experts = f"{r['num_experts']}x top{r['top_k']}" if r["num_experts"] else "-"
-        table.add_row(
-            r["id"][:12], _fmt(r["name"]), r["status"] + (f" ({r['problems']} problems)" if r["problems"] else ""),
-            (r["started_at"] or "-")[:19], _fmt(r["duration_s"]), _fmt(r["steps"]), _fmt(r["final_loss"]),
-            _fmt(r["tokens_per_s"]), _fmt(r["precision"]), experts, _fmt(r["tags"]),
-        )
+        table.add_row(*(escape(LS_COLUMNS[c](r)) for c in columns))
     console.print(table)
     console.print(f"{len(rows)} receipt(s)")
 
 
+def human(path: str, value: Any) -> str:
+    """A receipt field for people: byte counts in GiB/MiB, rates and token counts with k/M, seconds as time."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        leaf = path.rsplit(".", 1)[-1]
+        if leaf.endswith("bytes"):
+            return f"{fmt.size(value)} ({value:,} B)" if isinstance(value, int) else fmt.size(value)
+        if leaf.endswith("_per_s") or leaf in ("tokens", "params", "active_params", "total_params"):
+            return fmt.si(value, "tok/s" if leaf == "tokens_per_s" else "")
+        if leaf.endswith("_s"):
+            return fmt.duration(value)
+    return _fmt(value)
+
+
 def receipt(r: Receipt) -> None:
     """`ledger show`: bookkeeping first, then every non-empty field grouped by factor."""
-    console.print(f"[bold]{r.id}[/bold]  {r.name or 'unnamed'}  [{r.status}]  exit {r.exit_code}")
-    console.print(f"started {r.started_at}  duration {_fmt(r.duration_s)} s  attempt {r.attempt}")
+    console.print(f"[bold]{r.id}[/bold]  {escape(r.name or 'unnamed')}  \\[{r.status}]  exit {r.exit_code}")
+    console.print(f"started {r.started_at}  duration {fmt.duration(r.duration_s)}  attempt {r.attempt}")
     console.print("command: " + " ".join(r.command))
     from schemas import Factor, flatten, leaves
 
@@ -69,15 +141,15 @@ def receipt(r: Receipt) -> None:
             continue
         table = Table(title=factor.value, title_justify="left", show_header=False, box=None)
         for path, value in items:
-            table.add_row(path, _fmt(value))
+            table.add_row(path, escape(human(path, value)))
         console.print(table)
     summary = Table(title="summary", title_justify="left", show_header=False, box=None)
     for key, value in r.summary.model_dump().items():
-        summary.add_row(key, _fmt(value))
+        summary.add_row(key, escape(human(key, value)))
     console.print(summary)
     files = Table("artifact", "rows", "bytes", "sha256", title="artifacts", title_justify="left")
     for a in r.artifacts:
-        files.add_row(a.path, _fmt(a.rows), str(a.bytes), a.sha256[:16])
+        files.add_row(escape(a.path), _fmt(a.rows), fmt.size(a.bytes), a.sha256[:16])
     console.print(files)
     for p in r.problems:
         console.print(f"[yellow]problem[/yellow] {p.source}: {p.message}")

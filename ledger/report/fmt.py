@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ledger.analyses.metrics import MetricRow
+if TYPE_CHECKING:  # annotations only: `ledger ls` imports this module and must not load scipy
+    from ledger.analyses.metrics import MetricRow
 
 
 def num(value: float | None, digits: int = 4) -> str:
@@ -86,10 +88,64 @@ def fraction(f: float | None) -> str:
     return "0%" if abs(f) < 0.005 else f"{100 * f:.0f}%"
 
 
+def within(ci: tuple[float, float] | None, centre: float | None) -> str:
+    """A run's within-run interval as ' +-x%' of its value ('' when there is none)."""
+    if ci is None or centre is None or centre == 0 or not all(map(math.isfinite, ci)):
+        return ""
+    return f" \u00b1{100 * (ci[1] - ci[0]) / 2 / abs(centre):.1f}%"
+
+
+def runs(row: MetricRow) -> str:
+    """Runs per side of a row, and whether a noise floor joined them: '3v3', '1v1+floor'."""
+    if row.verdict == "unavailable":
+        return "-"
+    text = f"{row.n[0]}v{row.n[1]}"
+    return text + ("+floor" if row.evidence and "noise floor" in row.evidence else "")
+
+
 def threshold(row: MetricRow) -> str:
-    """The noise threshold of a row."""
+    """The smallest change worth reporting of a row."""
     if row.scale == "ratio":
         return f"{100 * row.threshold:g}%"
     if row.unit == "fraction":
         return f"{100 * row.threshold:g} pp"
     return f"{row.threshold:g}" + (" pp" if row.unit == "%" else f" {row.unit}" if row.unit else "")
+
+
+def si(value: float | None, unit: str = "") -> str:
+    """A figure with an SI suffix and three significant digits: ``14.5k tok/s``, ``1.2M``; '-' for None/NaN."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    magnitude = abs(value)
+    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= factor * 0.9995:
+            text = f"{value / factor:.3g}{suffix}"
+            break
+    else:
+        text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}" if unit else text
+
+
+def size(n: float | None) -> str:
+    """A byte count in binary units: ``23.5 GiB``, ``812 KiB``, ``40 B``."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as ``42.1 s``, ``3m 05s`` or ``2h 07m``."""
+    if seconds is None or (isinstance(seconds, float) and not math.isfinite(seconds)):
+        return "-"
+    s = float(seconds)
+    if abs(s) < 60:
+        return f"{s:.3g} s"
+    whole = int(round(s))
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"

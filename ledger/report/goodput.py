@@ -4,6 +4,7 @@ HTML report), and the terminal tables of ``ledger goodput`` and ``ledger gate``.
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 from rich.markup import escape
@@ -31,15 +32,25 @@ def _s(seconds: float | None) -> str:
     return human("wall_s", seconds)
 
 
-def timeline_svg(g: Goodput, width: int = 960) -> str:
+def _tick_step(span: float, count: int = 5) -> float:
+    """A 1-2-5 step (x a power of ten) giving about ``count`` ticks over ``span``."""
+    raw = span / max(1, count)
+    mag = 10 ** math.floor(math.log10(raw))
+    return float(min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs(math.log(span / st / count))))
+
+
+def timeline_svg(g: Goodput, width: int = 960, span_s: float | None = None) -> str:
     """The run's timeline as one self-contained inline ``<svg>`` element: a lane of attempts (coloured
     by status, downtime between them), a lane of step activity (productive and lost step time per
     time bin) and a lane of badput (start-up, restore, save, eval, data loading, downtime), with a time
-    axis and a legend; every shape has a ``<title>`` tooltip. No scripts, styles or external links."""
+    axis (ticks at 1-2-5 steps) and a legend; every shape has a ``<title>`` tooltip. No scripts, styles or
+    external links. ``span_s``: the axis length, at least the run's wall time (timelines drawn one above
+    the other share it, so equal widths are equal times)."""
     left, right, lane, gap = 90, 20, 26, 10
     top = 10
     plot_w = max(100, width - left - right)
-    wall = g.wall_s if g.wall_s > 0 else 1.0
+    wall = max(g.wall_s, span_s or 0.0)
+    wall = wall if wall > 0 else 1.0
 
     def x(seconds: float) -> float:
         return left + plot_w * min(max(seconds / wall, 0.0), 1.0)
@@ -116,8 +127,9 @@ def timeline_svg(g: Goodput, width: int = 960) -> str:
                    f'fill="{COLOURS[bucket]}"><title>{e(tip)}</title></rect>')
     # axis
     out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#333"/>')
-    for k in range(6):
-        sec = wall * k / 5
+    step = _tick_step(wall)
+    for k in range(int(wall / step * (1 + 1e-9)) + 1):
+        sec = k * step
         out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
         out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_s(sec))}</text>')
     for lx, ly, key, label in legend:

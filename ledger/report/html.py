@@ -2,9 +2,12 @@
 
 No JavaScript, no fonts, no stylesheets or images fetched from anywhere: the CSS is inline and every plot
 is an inline SVG drawn in Python (:mod:`ledger.report.svg`): loss against tokens and against training
-time, step-time distributions after warm-up, and the routing heatmap of each MoE layer (experts x steps,
-load relative to the mean) for the first run of each side. The factor diff, the metrics, the attribution,
-the missing runs and the raw tables follow.
+time, B - A at matched tokens (:func:`ledger.analyses.curves.difference`, with the spread over replicate
+pairs as its band), eval curves per source, step-time distributions after warm-up, the median time per
+phase of each side (compare's timing rows), and the routing heatmap of each MoE layer (experts x steps,
+load relative to the mean) for the first run of each side. A checkbox (CSS only) swaps the raw curves for
+smoothed ones. The factor diff, the metrics, the attribution, the missing runs, the goodput timelines (one
+time axis for both) and the raw tables follow.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import duckdb
 import numpy as np
 
 from ledger.analyses.compare import Comparison
+from ledger.analyses.curves import difference, smooth
 from ledger.analyses.diff import summarize_change
 from ledger.analyses.goodput import Goodput
 from ledger.analyses.matched import curve
@@ -39,7 +43,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 tr.fam td{background:#fafafa;font-weight:600;text-align:left}
 .better{color:#17802f;font-weight:600}.worse{color:#c0261b;font-weight:600}
-.higher,.lower{color:#a86b00;font-weight:600}.untested{color:#a86b00}
+.higher,.lower{color:#a86b00;font-weight:600}.inconclusive{color:#a86b00}
 .unavailable,.nsd{color:#777}.reason{color:#888;font-size:11.5px}
 .note{background:#fff8e1;border-left:3px solid #f0b400;padding:4px 8px;margin:4px 0}
 .problem{background:#fdecea;border-left:3px solid #c0261b;padding:4px 8px;margin:4px 0}
@@ -48,7 +52,11 @@ figcaption{font-size:12px;color:#555;max-width:600px}
 pre{background:#f6f6f6;padding:6px 8px;overflow-x:auto;font-size:12px;white-space:pre-wrap;word-break:break-all}
 code{font-size:12px}details{margin:6px 0}summary{cursor:pointer;font-weight:600}
 .conf{color:#c0261b;font-weight:600}
+.smooth{display:none}#smoothing:checked~.plots .smooth{display:inline}
+#smoothing:checked~.plots .raw{stroke-opacity:0.2}
 """
+SMOOTH_SHARE = 0.05
+"""Window of the smoothed curves: this share of a run's points (at least 3)."""
 
 
 def _e(text: object) -> str:
@@ -56,7 +64,7 @@ def _e(text: object) -> str:
 
 
 def _verdict_class(verdict: str) -> str:
-    return {"no significant difference": "nsd"}.get(verdict, verdict)
+    return {"no significant difference": "nsd", "same configuration": "same"}.get(verdict, verdict)
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, raw: bool = False) -> str:
@@ -84,8 +92,54 @@ def _series(c: Comparison, axis: str) -> list[svg.Series]:
             if isinstance(cv, str):
                 continue
             color, dash = colors[r.id]
-            out.append(svg.Series(f"{side}: {r.label}", color, cv.x, cv.y, dash))
+            window = max(3, int(SMOOTH_SHARE * cv.y.size))
+            out.append(svg.Series(f"{side}: {r.label}", color, cv.x, cv.y, dash, smooth(cv.y, window)))
     return out
+
+
+def _difference_plot(c: Comparison) -> tuple[str, str]:
+    d = difference(c.runs_a, c.runs_b, "tokens")
+    title = "loss difference B - A at matched tokens"
+    if isinstance(d, str):
+        return svg.line_chart([], title, "tokens", "B - A loss"), f"No difference curve: {d}."
+    bands = [] if d.lo is None or d.hi is None else [svg.Band(B_COLORS[0], d.x, d.lo, d.hi)]
+    line = svg.Series("B - A (mean of each side)", B_COLORS[0], d.x, d.diff, False,
+                      smooth(d.diff, max(3, int(SMOOTH_SHARE * d.x.size))))
+    band = (f"band: the spread over the {d.pairs} replicate pairs" if bands else
+            "no band: one run per side (replicates give one)")
+    return (svg.line_chart([line], title, "tokens", "B - A loss", bands=bands, hline=0.0),
+            f"Below 0: B has the lower loss at the same tokens; {band}. The verdict is in the metrics table.")
+
+
+def _eval_plots(c: Comparison) -> list[tuple[str, str]]:
+    colors = _colors(c)
+    keys: dict[str, list[svg.Series]] = {}
+    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
+        for r in runs:
+            points: dict[str, list[tuple[float, float]]] = {}
+            for ev in r.evals:
+                x = ev["tokens"] if ev["tokens"] is not None else ev["step"]
+                if ev["value"] is None or x is None:
+                    continue
+                key = "/".join(str(p) for p in (ev["split"], ev["source"] or "all", ev["metric"]) if p)
+                points.setdefault(key, []).append((float(x), float(ev["value"])))
+            color, dash = colors[r.id]
+            for key, pts in points.items():
+                keys.setdefault(key, []).append(svg.Series(f"{side}: {r.label}", color, np.array([p[0] for p in pts]),
+                                                           np.array([p[1] for p in pts]), dash, markers=True))
+    return [(svg.line_chart(series, f"eval {key} vs tokens", "tokens", key), f"Eval {key} of each run.")
+            for key, series in sorted(keys.items())]
+
+
+def _timing_plot(c: Comparison) -> tuple[str, str] | None:
+    rows = [m for m in c.metrics if m.family == "timing" and (m.a is not None or m.b is not None)]
+    if not rows:
+        return None
+    labels = [m.name.removeprefix("time: ") for m in rows]
+    groups = [(f"A: {c.a.label}", A_COLORS[0], [m.a for m in rows]), (f"B: {c.b.label}", B_COLORS[0],
+                                                                       [m.b for m in rows])]
+    return (svg.bars(labels, groups, "time per phase (median per step after warm-up)", "seconds"),
+            "Each phase's median seconds per step, as the metrics table reports them.")
 
 
 def _step_time_plot(c: Comparison) -> str:
@@ -108,13 +162,19 @@ def _plots(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
     figs = [
         (svg.line_chart(_series(c, "tokens"), "training loss vs tokens", "tokens", "loss"),
          "Loss at equal tokens seen (A solid, B dashed)."),
+        _difference_plot(c),
         (svg.line_chart(_series(c, "time"), "training loss vs training time", "seconds since the first step",
                         "loss"), "Loss at equal wall time: a faster stack gets further in the same time."),
+        *_eval_plots(c),
         (_step_time_plot(c), "Distribution of step times after warm-up, MAD outliers removed."),
     ]
-    parts = ['<div class="plots">']
+    timing = _timing_plot(c)
+    if timing is not None:
+        figs.append(timing)
+    parts = ['<input type="checkbox" id="smoothing"> <label for="smoothing">smooth the curves (moving mean over '
+             f'{100 * SMOOTH_SHARE:g}% of each run\'s points)</label><div class="plots">']
     parts += [f"<figure>{fig}<figcaption>{_e(cap)}</figcaption></figure>" for fig, cap in figs]
-    parts.append("</div><h3>Routing: load per expert over steps, per MoE layer (1x = the mean load)</h3>"
+    parts.append('</div><h3>Routing: load per expert over steps, per MoE layer (1x = the mean load)</h3>'
                  '<div class="plots">')
     shown = False
     for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
@@ -134,7 +194,8 @@ def _plots(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
 
 
 def _metrics_table(c: Comparison) -> str:
-    head = ["metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "test", "noise", "verdict"]
+    head = ["metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "runs", "min change",
+            "verdict"]
     rows = []
     family = None
     for row in c.metrics:
@@ -149,13 +210,14 @@ def _metrics_table(c: Comparison) -> str:
             name += f'<br><span class="reason">{_e(row.note)}</span>'
         cells = [name, *(_e(x) for x in (
             fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
-            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), row.test or "-", fmt.threshold(row))), verdict]
+            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), fmt.runs(row), fmt.threshold(row))), verdict]
         rows.append("<tr>" + "".join(f'<td class="{"l" if i in (0, 9) else ""}">{x}</td>'
                                      for i, x in enumerate(cells)) + "</tr>")
     th = "".join(f'<th class="{"l" if i in (0, 9) else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     return (f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            "<p>Headline metrics in bold. A change counts only when it is significant (p &lt; "
-            f"{c.settings.alpha:g}) and larger than the noise threshold.</p>")
+            "<p>Headline metrics in bold. A verdict rests on the variance between runs (replicates, or the "
+            "ledger's noise floor); one run per side is inconclusive. A change counts only when it is significant "
+            f"(p &lt; {c.settings.alpha:g}) and larger than the min change.</p>")
 
 
 def _attribution(c: Comparison) -> str:
@@ -166,10 +228,13 @@ def _attribution(c: Comparison) -> str:
             continue
         how = ((("Shapley over all " if att.shapley else f"average over {att.orders} of ")
                 + f"{att.orders_possible} orders") if att.orders else "no single-factor path")
+        noise = f"noise: {att.noise.source}" if att.noise else "no between-run evidence: point estimates only"
         parts.append(f"<h3>{_e(att.headline)} ({_e(att.metric)})</h3><p>total {_e(fmt.share(att.total))} "
-                     f"{_e(fmt.interval(att.total_ci))}; {_e(how)}; {_e(att.note)}</p>")
-        rows = [[_e(s.factors[0]), _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)),
-                 _e(f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")] for s in att.shares]
+                     f"{_e(fmt.interval(att.total_ci))} {_e(att.total_verdict)}; {_e(how)}; {_e(noise)}; "
+                     f"{_e(att.note)}</p>")
+        rows = [[_e(s.factors[0]) + f' <span class="reason">{_e(s.verdict)}</span>', _e(fmt.share(s.share)),
+                 _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)), _e(f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")]
+                for s in att.shares]
         rows += [[f'<span class="conf">confounded: {_e(", ".join(s.factors))} changed together</span>',
                   _e(fmt.share(s.share)), _e(fmt.fraction(s.fraction)), _e(fmt.interval(s.ci)), ""]
                  for s in att.confounded]
@@ -277,16 +342,19 @@ def render(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]],
 
 
 def timelines_of(goodputs: Mapping[str, Goodput | str]) -> dict[str, str]:
-    """Side label -> the goodput timeline (inline SVG) of its run, or the sentence saying why there is none."""
-    return {label: timeline_svg(g) if isinstance(g, Goodput) else f"<p class='reason'>unavailable: {_e(g)}</p>"
-            for label, g in goodputs.items()}
+    """Side label -> the goodput timeline (inline SVG) of its run, or the sentence saying why there is none.
+    The timelines share one time axis (the longest run's), so equal widths are equal times."""
+    span = max([g.wall_s for g in goodputs.values() if isinstance(g, Goodput)] + [0.0])
+    return {label: timeline_svg(g, span_s=span) if isinstance(g, Goodput)
+            else f"<p class='reason'>unavailable: {_e(g)}</p>" for label, g in goodputs.items()}
 
 
 def _timelines(timelines: Mapping[str, str]) -> str:
     if not timelines:
         return ""
     parts = ["<h2 id=\"goodput\">Goodput timeline</h2>",
-             "<p class='note'>attempts, steps and badput of each side's logical run (all its attempts)</p>"]
+             "<p class='note'>attempts, steps and badput of each side's logical run (all its attempts), on one "
+             "time axis</p>"]
     for label, body in timelines.items():
         parts.append(f"<h3>{_e(label)}</h3>{body}")
     return "".join(parts)

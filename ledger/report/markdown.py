@@ -34,17 +34,20 @@ def render(c: Comparison) -> str:
         lines.append("- bookkeeping (never a cause): " + "; ".join(
             f"`{ch.path}` {_cell(summarize_change(ch.path, ch.a, ch.b, 40))}" for ch in c.diff.record))
     lines += ["", "### Metrics", "",
-              f"| metric | A | B | delta | B/A | {100 * c.settings.level:g}% CI | p | noise | verdict |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+              f"| metric | A | B | delta | B/A | {100 * c.settings.level:g}% CI | p | runs | min change | verdict |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in c.metrics:
         verdict = f"**{row.verdict}**" if row.verdict in ("better", "worse", "higher", "lower") else row.verdict
         if row.reason:
             verdict += f" ({_cell(row.reason)})"
         lines.append(
-            f"| {'**' + row.name + '**' if row.headline else row.name} | {fmt.value(row.a, row.unit)} | "
-            f"{fmt.value(row.b, row.unit)} | {fmt.delta(row.delta, row.unit)} | {fmt.ratio(row.ratio)} | "
-            f"{fmt.ci(row)} | {fmt.p(row.p_value)} | {fmt.threshold(row)} | {verdict} |")
-    lines += ["", "A change counts only when it is significant and larger than the noise threshold.", ""]
+            f"| {'**' + row.name + '**' if row.headline else row.name} | {fmt.value(row.a, row.unit)}"
+            f"{fmt.within(row.ci_a, row.a)} | {fmt.value(row.b, row.unit)}{fmt.within(row.ci_b, row.b)} | "
+            f"{fmt.delta(row.delta, row.unit)} | {fmt.ratio(row.ratio)} | {fmt.ci(row)} | {fmt.p(row.p_value)} | "
+            f"{fmt.runs(row)} | {fmt.threshold(row)} | {verdict} |")
+    lines += ["", "A verdict rests on the variance between runs (replicates, or the ledger's noise floor): one run "
+              "per side is inconclusive. A change counts when it is significant and larger than the min change; "
+              "±x% is one run's own precision (within-run interval).", ""]
     if c.attribution:
         lines += ["### Attribution (shares of log(B/A))", ""]
     for att in c.attribution:
@@ -53,20 +56,27 @@ def render(c: Comparison) -> str:
             continue
         how = (("Shapley over all " if att.shapley else f"average over {att.orders} of ")
                + f"{att.orders_possible} orders") if att.orders else "no single-factor path"
-        lines += [f"**{att.headline}** ({att.metric}): total {fmt.share(att.total)} {fmt.interval(att.total_ci)}; "
-                  f"{how}", "", "| factor | share | of total | CI | spread over orders |", "|---|---:|---:|---:|---:|"]
+        noise = f"noise: {att.noise.source}" if att.noise else "no between-run evidence: point estimates only"
+        lines += [f"**{att.headline}** ({att.metric}): total {fmt.share(att.total)} {fmt.interval(att.total_ci)} "
+                  f"{att.total_verdict}; {how}; {_cell(noise)}", "",
+                  "| factor | share | of total | CI | spread over orders | verdict |", "|---|---:|---:|---:|---:|---|"]
         for s in att.shares:
             lines.append(f"| {s.factors[0]} | {fmt.share(s.share)} | {fmt.fraction(s.fraction)} | "
-                         f"{fmt.interval(s.ci)} | {s.spread[0]:+.3f}..{s.spread[1]:+.3f} |")
+                         f"{fmt.interval(s.ci)} | {s.spread[0]:+.3f}..{s.spread[1]:+.3f} | {s.verdict} |")
         for s in att.confounded:
             lines.append(f"| confounded: {', '.join(s.factors)} changed together | {fmt.share(s.share)} | "
-                         f"{fmt.fraction(s.fraction)} | {fmt.interval(s.ci)} | |")
+                         f"{fmt.fraction(s.fraction)} | {fmt.interval(s.ci)} | | {s.verdict} |")
         frac = att.unexplained / att.total if att.total and att.unexplained is not None else None
         lines += [f"| unexplained | {fmt.share(att.unexplained)} | {fmt.fraction(frac)} | "
-                  f"{fmt.interval(att.unexplained_ci)} | |", ""]
+                  f"{fmt.interval(att.unexplained_ci)} | | |", ""]
+    shown = {tuple(s.factors) for att in c.attribution for s in att.confounded}
+    lines += [f"- **{item['message']}**" for item in c.confounded() if tuple(item["factors"]) not in shown]
     if c.missing:
         lines += ["### Missing ablation runs", ""]
         for m in c.missing:
             lines.append(f"- {m.description}")
             lines += ["", "  ```sh", f"  {m.command}", "  ```", ""] if m.command else [f"  ({_cell(m.how)})"]
+    replicate_steps = [s for s in c.next_steps if s not in {m.command for m in c.missing}]
+    if replicate_steps:
+        lines += ["### Next steps: get the evidence", "", "```sh", *replicate_steps, "```", ""]
     return "\n".join(lines).rstrip() + "\n"

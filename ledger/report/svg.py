@@ -28,6 +28,21 @@ class Series:
     x: NDArray[np.float64]
     y: NDArray[np.float64]
     dash: bool = False
+    smooth: NDArray[np.float64] | None = None
+    """The same line smoothed (drawn with class ``smooth``, the raw one with class ``raw``: the page's CSS
+    chooses which show)."""
+    markers: bool = False
+    """Also mark each point (sparse series such as evals)."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """A shaded range between two lines (e.g. the spread over replicate pairs)."""
+
+    color: str
+    x: NDArray[np.float64]
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
 
 
 def _esc(text: str) -> str:
@@ -35,14 +50,14 @@ def _esc(text: str) -> str:
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick positions covering [lo, hi]."""
+    """Round tick positions covering [lo, hi], at a 1-2-5 step (x a power of ten)."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
         return [lo]
     raw = (hi - lo) / max(1, count)
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    step = min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs(math.log((hi - lo) / st / count)))
     first = math.ceil(lo / step) * step
     ticks = []
     t = first
@@ -64,12 +79,16 @@ def tick_label(v: float) -> str:
     return f"{v:g}"
 
 
+def _keep(x: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Indices of at most :data:`MAX_POINTS` finite points, evenly spaced, first and last kept."""
+    ok = np.flatnonzero(np.isfinite(x) & np.isfinite(y))
+    if ok.size <= MAX_POINTS:
+        return ok
+    return ok[np.linspace(0, ok.size - 1, MAX_POINTS).round().astype(np.int64)]
+
+
 def _decimate(x: NDArray[np.float64], y: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if x.size <= MAX_POINTS:
-        return x, y
-    idx = np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64)
+    idx = _keep(x, y)
     return x[idx], y[idx]
 
 
@@ -141,23 +160,97 @@ def _range(values: Sequence[NDArray[np.float64]], pad: float = 0.04) -> tuple[fl
 
 
 def line_chart(series: Sequence[Series], title: str, xlabel: str, ylabel: str, width: int = 580,
-               height: int = 320) -> str:
-    """Lines of y against x."""
-    data = [(s, *_decimate(np.asarray(s.x, dtype=np.float64), np.asarray(s.y, dtype=np.float64))) for s in series]
-    xs = [d[1] for d in data]
-    ys = [d[2] for d in data]
-    frame = _Frame(width, height, _range(xs, 0.0), _range(ys))
+               height: int = 320, bands: Sequence[Band] = (), hline: float | None = None,
+               xlim: tuple[float, float] | None = None) -> str:
+    """Lines of y against x, optionally over shaded bands and with a horizontal reference line (e.g. 0);
+    ``xlim`` fixes the x range (charts side by side share it)."""
+    data = []
+    for s in series:
+        x, y = np.asarray(s.x, dtype=np.float64), np.asarray(s.y, dtype=np.float64)
+        idx = _keep(x, y)
+        sm = None if s.smooth is None else np.asarray(s.smooth, dtype=np.float64)[idx]
+        data.append((s, x[idx], y[idx], sm))
+    xs = [d[1] for d in data] + [np.asarray(b.x, dtype=np.float64) for b in bands]
+    ys = ([d[2] for d in data] + [np.asarray(b.lo, dtype=np.float64) for b in bands]
+          + [np.asarray(b.hi, dtype=np.float64) for b in bands])
+    if hline is not None:
+        ys.append(np.array([hline]))
+    frame = _Frame(width, height, xlim or _range(xs, 0.0), _range(ys))
     parts = frame.axes(title, xlabel, ylabel)
     if not any(x.size for x in xs):
         parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" style="{FONT}">no data</text>')
-    for s, x, y in data:
+    for b in bands:
+        bx = np.asarray(b.x, dtype=np.float64)
+        ok = np.isfinite(bx) & np.isfinite(b.lo) & np.isfinite(b.hi)
+        if ok.sum() < 2:
+            continue
+        upper = zip(frame.sx(bx[ok]), frame.sy(np.asarray(b.hi)[ok]), strict=True)
+        lower = zip(frame.sx(bx[ok][::-1]), frame.sy(np.asarray(b.lo)[ok][::-1]), strict=True)
+        pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in [*upper, *lower])
+        parts.append(f'<polygon class="band" fill="{b.color}" fill-opacity="0.18" stroke="none" points="{pts}"/>')
+    if hline is not None:
+        py = float(frame.sy(hline))
+        parts.append(f'<line x1="{frame.left}" x2="{width - frame.right}" y1="{py:.1f}" y2="{py:.1f}" '
+                     'stroke="#555" stroke-dasharray="2 2"/>')
+    for s, x, y, sm in data:
         if x.size < 1:
             continue
-        pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in zip(frame.sx(x), frame.sy(y), strict=True))
         dash = ' stroke-dasharray="4 3"' if s.dash else ""
-        parts.append(f'<polyline fill="none" stroke="{s.color}" stroke-width="1.4" stroke-opacity="0.85"'
-                     f'{dash} points="{pts}"/>')
+        pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in zip(frame.sx(x), frame.sy(y), strict=True))
+        parts.append(f'<polyline class="raw" fill="none" stroke="{s.color}" stroke-width="1.4" '
+                     f'stroke-opacity="0.85"{dash} points="{pts}"/>')
+        if s.markers:
+            parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{s.color}"/>'
+                      for px, py in zip(frame.sx(x), frame.sy(y), strict=True)]
+        if sm is not None:
+            ok = np.isfinite(sm)
+            pts = " ".join(f"{px:.1f},{py:.1f}" for px, py in zip(frame.sx(x[ok]), frame.sy(sm[ok]), strict=True))
+            parts.append(f'<polyline class="smooth" fill="none" stroke="{s.color}" stroke-width="1.8"'
+                         f'{dash} points="{pts}"/>')
     parts += _legend([(s.label, s.color, s.dash) for s in series], width - frame.right - 230, frame.top + 14)
+    return _svg(width, height, title, parts)
+
+
+def bars(labels: Sequence[str], groups: Sequence[tuple[str, str, Sequence[float | None]]], title: str,
+         xlabel: str, width: int = 580) -> str:
+    """Grouped horizontal bars: one row per label, one bar per group (name, colour, a value per label)."""
+    bar_h, gap = 11, 8
+    rows = len(labels)
+    per_row = bar_h * max(1, len(groups)) + gap
+    top, bottom = 28, 40 + 14 * len(groups)
+    height = top + rows * per_row + bottom
+    values = [v for _, _, vs in groups for v in vs if v is not None and math.isfinite(v)]
+    frame = _Frame(width, height, (0.0, max(values) * 1.08 if values and max(values) > 0 else 1.0), (0.0, 1.0))
+    frame.left = 130
+    frame.bottom = bottom
+    w, h = width, height
+    parts = [
+        f'<rect x="{frame.left}" y="{top}" width="{w - frame.left - frame.right}" height="{h - top - bottom}" '
+        'fill="#fff" stroke="#999"/>',
+        f'<text x="{w / 2:.0f}" y="16" text-anchor="middle" style="{FONT};font-weight:600">{_esc(title)}</text>',
+        f'<text x="{w / 2:.0f}" y="{h - bottom + 30}" text-anchor="middle" style="{FONT}">{_esc(xlabel)}</text>',
+    ]
+    for t in nice_ticks(frame.x0, frame.x1):
+        px = float(frame.sx(t))
+        parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{h - bottom}" stroke="#eee"/>')
+        parts.append(f'<text x="{px:.1f}" y="{h - bottom + 14}" text-anchor="middle" style="{FONT}">'
+                     f"{tick_label(t)}</text>")
+    if not values:
+        parts.append(f'<text x="{w / 2}" y="{top + 20}" text-anchor="middle" style="{FONT}">no data</text>')
+    for i, label in enumerate(labels):
+        y0 = top + gap / 2 + i * per_row
+        parts.append(f'<text x="{frame.left - 4}" y="{y0 + per_row / 2:.1f}" text-anchor="end" '
+                     f'style="{FONT}">{_esc(label)}</text>')
+        for j, (name, color, vs) in enumerate(groups):
+            v = vs[i]
+            if v is None or not math.isfinite(v):
+                continue
+            x1 = float(frame.sx(v))
+            parts.append(f'<rect x="{frame.left}" y="{y0 + j * bar_h:.1f}" width="{max(0.5, x1 - frame.left):.1f}" '
+                         f'height="{bar_h - 1}" fill="{color}"><title>{_esc(f"{name}, {label}: {v:.4g}")}</title>'
+                         "</rect>")
+    legend_y = h - bottom + 44
+    parts += _legend([(name, color, False) for name, color, _ in groups], frame.left, legend_y)
     return _svg(width, height, title, parts)
 
 
@@ -169,9 +262,12 @@ def histogram(groups: Sequence[tuple[str, str, NDArray[np.float64]]], title: str
     lo, hi = _range(arrays, 0.0)
     edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
     shares = [np.histogram(a, edges)[0] / max(1, a.size) for a in arrays]
-    top = max([float(s.max()) for s in shares if s.size] + [1e-9])
-    frame = _Frame(width, height, (float(edges[0]), float(edges[-1])), (0.0, top * 1.08))
+    top = max([float(s.max()) for s in shares if s.size] + [0.0])
+    empty = top <= 0
+    frame = _Frame(width, height, (float(edges[0]), float(edges[-1])), (0.0, 1.0 if empty else top * 1.08))
     parts = frame.axes(title, xlabel, "share of steps")
+    if empty:
+        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" style="{FONT}">no data</text>')
     for (_, color, _values), share in zip(groups, shares, strict=True):
         for i, v in enumerate(share):
             if v <= 0:
@@ -221,10 +317,13 @@ def heatmap(matrix: NDArray[np.float64], steps: NDArray[np.float64], title: str,
         if rows <= 32 or e % max(1, rows // 16) == 0:
             parts.append(f'<text x="{left - 4}" y="{top + e * cell_h + cell_h - 2}" text-anchor="end" '
                          f'style="{FONT}">e{e}</text>')
-    if cols:
-        for j in np.linspace(0, cols - 1, min(cols, 6)).round().astype(int):
-            parts.append(f'<text x="{left + (j + 0.5) * cell_w:.1f}" y="{top + rows * cell_h + 14}" '
-                         f'text-anchor="middle" style="{FONT}">{tick_label(float(steps[j]))}</text>')
+    if cols:  # step ticks at 1-2-5 values, placed in the column that holds them
+        s = np.asarray(steps, dtype=np.float64)
+        for t in nice_ticks(float(s[0]), float(s[-1])):
+            j = int(np.searchsorted(s, t, side="right")) - 1
+            if 0 <= j < cols:
+                parts.append(f'<text x="{left + (j + 0.5) * cell_w:.1f}" y="{top + rows * cell_h + 14}" '
+                             f'text-anchor="middle" style="{FONT}">{tick_label(t)}</text>')
     parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 6}" text-anchor="middle" style="{FONT}">'
                  'step (binned)</text>')
     for k, v in enumerate((0.0, 0.5, 1.0, 1.5, vmax)):

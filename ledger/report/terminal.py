@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -19,14 +17,16 @@ VERDICT_STYLE = {
     "higher": "bold yellow",
     "lower": "bold yellow",
     "no significant difference": "dim",
-    "untested": "yellow",
+    "inconclusive": "yellow",
+    "same configuration": "dim",
+    "identical": "dim",
     "unavailable": "dim italic",
 }
 
 
 def render(c: Comparison, console: Console | None = None) -> None:
     """Print the comparison."""
-    out = console or (Console() if sys.stdout.isatty() else Console(width=200))
+    out = console or Console()  # piped output follows $COLUMNS like a terminal
     out.print(Text("A ", style="bold") + Text(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
     out.print(Text("B ", style="bold") + Text(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
     if not c.comparable:
@@ -50,23 +50,29 @@ def render(c: Comparison, console: Console | None = None) -> None:
 
     out.rule("metrics")
     table = Table(show_lines=False, box=None, pad_edge=False)
-    for col in ("metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "noise", "verdict"):
+    for col in ("metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "runs", "min change",
+                "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
     family = None
+    reasons: dict[str, int] = {}  # a reason is a numbered note under the table: the verdict column stays narrow
     for row in c.metrics:
         if row.family != family:
             family = row.family
-            table.add_row(Text(family, style="bold underline"), *[""] * 8)
+            table.add_row(Text(family, style="bold underline"), *[""] * 9)
         verdict = Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, ""))
         if row.reason:
-            verdict.append(f" ({row.reason})", style="dim")
+            verdict.append(f" [{reasons.setdefault(row.reason, len(reasons) + 1)}]", style="dim")
         name = Text(("* " if row.headline else "  ") + row.name)
         table.add_row(name, *(Text(x) for x in (
-            fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
-            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), fmt.threshold(row))), verdict)
+            fmt.value(row.a, row.unit) + fmt.within(row.ci_a, row.a), fmt.value(row.b, row.unit)
+            + fmt.within(row.ci_b, row.b), fmt.delta(row.delta, row.unit), fmt.ratio(row.ratio), fmt.ci(row),
+            fmt.p(row.p_value), fmt.runs(row), fmt.threshold(row))), verdict)
     out.print(table)
-    out.print("[dim]* headline metric; a change counts only when significant and larger than the noise "
-              "threshold[/dim]")
+    for reason, number in reasons.items():
+        out.print(Text(f"[{number}] {reason}", style="dim"))
+    out.print("[dim]* headline metric. A verdict rests on the variance between runs (replicates, or the ledger's "
+              "noise floor); one run per side is inconclusive. A change counts when significant and larger than "
+              "the min change; +-x% is one run's own precision (within-run interval).[/dim]")
 
     if c.attribution:
         out.rule("attribution (shares of log(B/A))")
@@ -76,22 +82,27 @@ def render(c: Comparison, console: Console | None = None) -> None:
             continue
         how = ((("Shapley over all " if att.shapley else f"average over {att.orders} of ")
                 + f"{att.orders_possible} orders") if att.orders else "no single-factor path")
+        noise = f"noise: {att.noise.source}" if att.noise else "no between-run evidence: point estimates only"
         out.print(f"[bold]{escape(att.headline)}[/bold] ({escape(att.metric)}): total {fmt.share(att.total)} "
-                  f"{escape(fmt.interval(att.total_ci))}  [dim]{escape(how)}; {escape(att.note)}[/dim]",
-                  highlight=False)
+                  f"{escape(fmt.interval(att.total_ci))} {escape(att.total_verdict)}  "
+                  f"[dim]{escape(how)}; {escape(noise)}; {escape(att.note)}[/dim]", highlight=False)
         shares = Table(box=None, pad_edge=False)
-        for col in ("factor", "share", "of total", "CI", "spread over orders"):
-            shares.add_column(col, justify="left" if col == "factor" else "right")
+        for col in ("factor", "share", "of total", "CI", "spread over orders", "verdict"):
+            shares.add_column(col, justify="left" if col in ("factor", "verdict") else "right")
         for s in att.shares:
             shares.add_row(s.factors[0], fmt.share(s.share), fmt.fraction(s.fraction), Text(fmt.interval(s.ci)),
-                           f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}")
+                           f"{s.spread[0]:+.3f}..{s.spread[1]:+.3f}", s.verdict)
         for s in att.confounded:
             shares.add_row(Text(f"confounded: {', '.join(s.factors)} changed together", style="bold red"),
-                           fmt.share(s.share), fmt.fraction(s.fraction), Text(fmt.interval(s.ci)), "")
+                           fmt.share(s.share), fmt.fraction(s.fraction), Text(fmt.interval(s.ci)), "", s.verdict)
         shares.add_row(Text("unexplained", style="dim"), fmt.share(att.unexplained),
                        fmt.fraction(att.unexplained / att.total if att.total and att.unexplained is not None else None),
-                       Text(fmt.interval(att.unexplained_ci)), "")
+                       Text(fmt.interval(att.unexplained_ci)), "", "")
         out.print(shares)
+    shown = {tuple(s.factors) for att in c.attribution for s in att.confounded}
+    for item in c.confounded():
+        if tuple(item["factors"]) not in shown:
+            out.print(Text(item["message"], style="bold red"))
     if c.missing:
         out.rule("missing ablation runs")
         for m in c.missing:
@@ -100,3 +111,8 @@ def render(c: Comparison, console: Console | None = None) -> None:
                 out.print(Text("  $ ", style="green") + Text(m.command), soft_wrap=True)
             else:
                 out.print(Text(f"  {m.how}", style="dim"))
+    replicate_steps = [s for s in c.next_steps if s not in {m.command for m in c.missing}]
+    if replicate_steps:
+        out.rule("next steps: get the evidence")
+        for step in replicate_steps:
+            out.print(Text("  $ ", style="green") + Text(step), soft_wrap=True)

@@ -27,7 +27,7 @@ from ledger.store.layout import RECEIPT_FILE
 from ledger.store.receipts import Ledger
 from schemas.tables import TABLES
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 """Bump when the index layout changes: an index of another version is rebuilt on open."""
 
 _RECEIPT_COLUMNS: dict[str, str] = {

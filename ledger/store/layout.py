@@ -14,6 +14,8 @@ Staging directory of one run::
     lock                      flock'ed by the wrapper while it lives, then by whoever publishes
     stack.json                stack captured by the wrapper
     output.log                tee'd stdout+stderr of the child, secrets redacted
+    arguments.json            the launch's own arguments and config-file keys, flat (redacted)
+    capture.json              where each metric table and the configuration came from
     rank-00000/               one directory per rank (SDK), no locks needed
       steps.arrows ...        Arrow IPC streams, one per metric table (the SDK's format)
       <table>.jsonl           alternatively, one JSON object per line (any language can write these)
@@ -47,6 +49,9 @@ WORKLOAD_FILE = "workload.json"
 RUNTIME_FILE = "runtime.json"
 ARGUMENTS_FILE = "arguments.json"
 """In the staging directory: the launch's own arguments, flat ``{"key": "value"}`` (written by the wrapper)."""
+CAPTURE_FILE = "capture.json"
+"""In the staging directory: where `ledger record` took each metric table and the configuration from (written
+by :mod:`ledger.ingest.launch`; published as ``receipt.capture``)."""
 WRAPPER_RANK_DIR = "wrapper"
 STREAM_SUFFIX = ".arrows"
 JSONL_SUFFIX = ".jsonl"

@@ -75,13 +75,15 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
             start = f.tell()
             try:
                 reader = pa.ipc.open_stream(f)
-                if not reader.schema.equals(schema):
+                older = not reader.schema.equals(schema)
+                if older and not _is_older(reader.schema, schema):
                     raise ValueError(f"schema differs from {schema.names}")
                 while True:
                     try:
-                        batches.append(reader.read_next_batch())
+                        batch = reader.read_next_batch()
                     except StopIteration:
                         break
+                    batches.append(_widen(batch, schema) if older else batch)
             except (pa.ArrowInvalid, OSError, ValueError) as exc:
                 rows = sum(b.num_rows for b in batches)
                 problem = Problem(
@@ -92,6 +94,22 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
             if f.tell() == start:  # pragma: no cover - defensive: no progress
                 break
     return pa.Table.from_batches(batches, schema=schema), problem
+
+
+def _is_older(found: pa.Schema, schema: pa.Schema) -> bool:
+    """True when ``found`` is the table's schema of an earlier version: every column it has is in today's
+    schema with the same type, and every column it lacks may be null (columns are only ever added)."""
+    names = set(found.names)
+    return all(f.name in schema.names and schema.field(f.name).type.equals(f.type) for f in found) and \
+        all(f.nullable for f in schema if f.name not in names)
+
+
+def _widen(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of an earlier schema in today's: the columns added since are null."""
+    n = batch.num_rows
+    have = set(batch.schema.names)
+    return pa.RecordBatch.from_arrays(
+        [batch.column(f.name) if f.name in have else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
 def _first_line(exc: BaseException) -> str:

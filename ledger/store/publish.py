@@ -38,6 +38,7 @@ from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
 from ledger.store.layout import (
     ARGUMENTS_FILE,
+    CAPTURE_FILE,
     LOCK_FILE,
     LOG_FILE,
     RUNTIME_FILE,
@@ -49,7 +50,7 @@ from ledger.store.layout import (
 from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.summary import summarize
-from schemas import Artifact, Links, Problem, Receipt, Stack, Workload, seal
+from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
 from schemas.tables import TABLES
 
 Redact = Callable[[str], str]
@@ -176,6 +177,20 @@ def _reported_workload(run_dir: Path, problems: list[Problem], redact: Redact) -
         return Workload()
 
 
+def _capture(run_dir: Path, problems: list[Problem]) -> Capture | None:
+    """Where `ledger record` took the tables and configuration from (hook of :mod:`ledger.ingest.launch`)."""
+    data, problem = read_json(run_dir / CAPTURE_FILE)
+    if problem:
+        problems.append(problem)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return Capture.model_validate(data)
+    except ValidationError as exc:
+        problems.append(Problem(source=CAPTURE_FILE, message=f"invalid: {exc.errors()[0]['msg']}"))
+        return None
+
+
 def _stack(run_dir: Path, problems: list[Problem], redact: Redact, merge_facts: RuntimeMerge | None) -> Stack:
     data, problem = read_json(run_dir / STACK_FILE)
     if problem:
@@ -289,6 +304,7 @@ def build(
     started = _parse_time(wrapper.get("started_at"))
     ended = outcome.ended_at or datetime.now(UTC)
     links = wrapper.get("links") or {}
+    captured = _capture(run_dir, problems)
     receipt = Receipt(
         run_uuid=str(wrapper.get("run_uuid") or run_dir.name),
         name=wrapper.get("name"),
@@ -306,6 +322,7 @@ def build(
         workload=_workload(run_dir, problems, redact),
         artifacts=tuple(artifacts),
         summary=summarize(tables, energy, method),
+        capture=captured,
         problems=tuple(problems),
     )
     if amend is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from ledger.errors import QueryRefused
+from ledger.errors import BadInput, QueryRefused
 from ledger.store import filters, index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
@@ -20,6 +20,25 @@ LIST_COLUMNS = (
     "id", "name", "status", "started_at", "duration_s", "attempt", "steps", "final_loss", "tokens_per_s",
     "precision", "num_experts", "top_k", "device", "gpu_model", "tags", "problems",
 )
+
+
+SORT_KEYS = {
+    "id": "id", "name": "name", "status": "status", "started": "started_at", "time": "duration_s",
+    "attempt": "attempt", "steps": "steps", "loss": "final_loss", "tok/s": "tokens_per_s",
+    "precision": "precision", "experts": "num_experts", "top_k": "top_k", "device": "device", "gpu": "gpu_model",
+    "problems": "problems",
+}
+"""`ledger ls --sort` names (the table's column titles) -> keys of :func:`list_receipts` rows (also accepted)."""
+
+
+def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool = False) -> list[dict[str, Any]]:
+    """Rows ordered by ``column`` (a :data:`SORT_KEYS` name or a row key); rows without a value go last."""
+    key = SORT_KEYS.get(column, column)
+    if key not in LIST_COLUMNS or key == "tags":
+        raise BadInput(f"cannot sort by {column!r}; choose one of: {', '.join(SORT_KEYS)}")
+    present = [r for r in rows if r[key] is not None]
+    missing = [r for r in rows if r[key] is None]
+    return sorted(present, key=lambda r: r[key], reverse=descending) + missing
 
 
 def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, Any]]:

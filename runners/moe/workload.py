@@ -60,6 +60,16 @@ def load_balancing(cfg: RunConfig) -> str:
     return "aux_loss" if cfg.moe.aux_loss_coeff > 0 else "none"
 
 
+UNMODELLED = {"delay_s": 0.0, "threads": 0, "timing": True}
+"""Config keys that change a run but have no workload field of their own, with their defaults: a changed one is
+recorded under the ``arguments`` factor, so two runs that differ in it are never taken for replicates."""
+
+
+def unmodelled_arguments(cfg: RunConfig) -> dict[str, str]:
+    """The unmodelled config keys that differ from their defaults, as strings."""
+    return {k: str(getattr(cfg, k)) for k, default in UNMODELLED.items() if getattr(cfg, k) != default}
+
+
 def build_workload(
     cfg: RunConfig,
     corpus: Corpus,
@@ -139,8 +149,10 @@ def build_workload(
             schedule="cosine",
             weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip or None,
+            min_lr=cfg.lr * cfg.min_lr_ratio,
         ),
         seed=cfg.seed,
+        arguments=unmodelled_arguments(cfg),
         device=policy.device.type,
         launch=Launch(runner="runners.moe", config=config_name, overrides=tuple(overrides)),
     )

@@ -24,10 +24,15 @@ def _selection(f: F) -> F:
         click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
                      show_default=True, help="Significance level of the tests."),
         click.option("--noise", type=click.FloatRange(0, min_open=True), default=None,
-                     help="Relative noise threshold for every ratio metric (default: per metric, e.g. 0.05)."),
+                     help="Smallest relative change worth reporting, for every ratio metric (default: per metric, "
+                          "e.g. 0.05). Whether a change is real is decided between runs, not by this."),
         click.option("--bootstrap", "n_boot", type=click.IntRange(100, 100_000), default=2000, show_default=True,
-                     help="Bootstrap draws."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap."),
+                     help="Draws of the attribution intervals."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of those draws."),
+        click.option("--no-replicates", is_flag=True,
+                     help="Use only the named receipts, not their replicates found in the ledger."),
+        click.option("--no-floor", is_flag=True,
+                     help="Do not use the noise floor learned from the ledger's replicate groups."),
         ledger_option,
     ]):
         f = option(f)
@@ -70,7 +75,8 @@ def _sides(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...]) -
 
 
 def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], allow_task_change: bool, alpha: float,
-         noise: float | None, n_boot: int, seed: int, ledger_path: Path | None, html_out: Path | None = None) -> Any:
+         noise: float | None, n_boot: int, seed: int, no_replicates: bool, no_floor: bool, ledger_path: Path | None,
+         html_out: Path | None = None) -> Any:
     from ledger.analyses.compare import CompareOptions, compare
     from ledger.analyses.metrics import Settings
     from ledger.store import index
@@ -79,7 +85,8 @@ def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], all
     if len(sides) != 2:
         raise BadInput(f"give exactly two sides (refs or --group TAG=VALUE), got {len(sides)}; "
                        "e.g. ledger compare baseline bf16")
-    options = CompareOptions(allow_task_change, Settings(alpha=alpha, n_boot=n_boot, seed=seed, noise=noise))
+    options = CompareOptions(allow_task_change, Settings(alpha=alpha, n_boot=n_boot, seed=seed, noise=noise),
+                             replicates=not no_replicates, noise_floor=not no_floor)
     with index.reader(ledger_from(ctx, ledger_path)) as con:
         result = compare(con, sides[0], sides[1], options)
         if html_out is not None:
@@ -103,13 +110,16 @@ def register(cli: click.Group) -> None:
     @click.option("--markdown", is_flag=True, help="Print Markdown to paste into a review.")
     @click.pass_context
     def compare(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], allow_task_change: bool,
-                alpha: float, noise: float | None, n_boot: int, seed: int, ledger_path: Path | None, as_json: bool,
-                markdown: bool) -> None:
+                alpha: float, noise: float | None, n_boot: int, seed: int, no_replicates: bool, no_floor: bool,
+                ledger_path: Path | None, as_json: bool, markdown: bool) -> None:
         """Compare two receipts or replicate groups: what changed by factor, every metric side by side with
         a CI and a verdict, which factor explains which share of the change, and the missing ablation runs.
 
         A and B are names, id prefixes, or --group TAG=VALUE (a replicate group: receipts identical but for
-        the seed). Runs of different tasks are refused unless --allow-task-change.
+        the seed). A named receipt's replicates in the ledger join its side. Verdicts rest on the variance
+        between runs (replicates, else the noise floor the ledger learned on the same hardware); one run per
+        side is "inconclusive", with the commands that get replicates. Runs of different tasks are refused
+        unless --allow-task-change.
 
         Example:
 
@@ -117,7 +127,8 @@ def register(cli: click.Group) -> None:
         """
         if as_json and markdown:
             raise BadInput("choose one of --json and --markdown")
-        result = _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, ledger_path)
+        result = _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, no_replicates, no_floor,
+                      ledger_path)
         if as_json:
             from ledger.analyses.compare import to_json
 
@@ -137,8 +148,8 @@ def register(cli: click.Group) -> None:
                   help="Write one self-contained HTML page here.")
     @click.pass_context
     def report(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], allow_task_change: bool,
-               alpha: float, noise: float | None, n_boot: int, seed: int, ledger_path: Path | None,
-               html_out: Path) -> None:
+               alpha: float, noise: float | None, n_boot: int, seed: int, no_replicates: bool, no_floor: bool,
+               ledger_path: Path | None, html_out: Path) -> None:
         """Write the comparison of A and B as one self-contained HTML page (plots as inline SVG, no external
         resources): loss vs tokens and vs time, step-time distributions, routing heatmaps, raw tables.
 
@@ -146,5 +157,6 @@ def register(cli: click.Group) -> None:
 
             ledger report baseline bf16 --html compare.html
         """
-        _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, ledger_path, html_out)
+        _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, no_replicates, no_floor, ledger_path,
+             html_out)
         click.echo(f"wrote {html_out}")

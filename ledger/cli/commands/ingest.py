@@ -61,6 +61,31 @@ def register(cli: click.Group) -> None:
 
         _done(ingest_megatron(_ledger(ctx, ledger_path), log, args_from, name, routing, parse_tags(tags)))
 
+    @ingest.command("log")
+    @click.argument("log", type=_FILE)
+    @click.option("--format", "fmt", default="auto", show_default=True,
+                  type=click.Choice(["auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct",
+                                     "key-value", "megatron", "trainer-state", "lightning-csv", "tensorboard"]),
+                  help="The log's format (auto: by the file's name, else the format that gives the most steps).")
+    @click.option("--parse", metavar="REGEX", help="Step lines of your own: named groups, (?P<step>...) required.")
+    @click.option("--name", help="Receipt name (default: the file's stem).")
+    @click.option("--tag", "tags", multiple=True, metavar="K=V", help="A label; repeatable.")
+    @ledger_option
+    @click.pass_context
+    def log_cmd(ctx: click.Context, log: Path, fmt: str, parse: str | None, name: str | None, tags: tuple[str, ...],
+                ledger_path: Path | None) -> None:
+        """Import any training log `ledger record` understands (printed steps of Hugging Face Trainer,
+        nanoGPT, torchtitan, DeepSpeed, open-instruct, key=value lines, Megatron-LM; trainer_state.json,
+        Lightning metrics.csv, a TensorBoard event file); prints the new receipt id.
+
+        Example:
+
+            ledger ingest log train.out --parse 'it (?P<step>\\d+) loss=(?P<loss>\\S+)' --name sft-7b
+        """
+        from ledger.ingest.api import ingest_log
+
+        _done(ingest_log(_ledger(ctx, ledger_path), log, fmt, parse, name, parse_tags(tags)))
+
     @ingest.command("mlperf")
     @click.argument("result", type=_FILE)
     @click.option("--system", type=_FILE, help="The submission's systems/<system>.json.")

@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ledger.analyses.attribution import Lattice, NodeValues, attribute, longest_paths, missing_nodes, shapley
+from ledger.analyses.attribution import (
+    Lattice,
+    NodeValues,
+    attribute,
+    longest_paths,
+    missing_nodes,
+    node_values,
+    shapley,
+)
+from ledger.analyses.evidence import Floor
 
 E: frozenset[str] = frozenset()
 X, Y, Z = frozenset({"code"}), frozenset({"precision"}), frozenset({"router"})
@@ -24,24 +33,36 @@ class Run:
 
 @dataclass(frozen=True)
 class Fixed:
-    """A headline whose node values are given by run id (draws: the value plus seeded noise)."""
+    """A headline whose per-run log values are given by run id."""
 
     values_by_id: Mapping[str, float]
-    spread: float = 0.0
     name: str = "fixed"
     metric: str = "fixed"
     direction: Any = "higher"
 
-    def values(self, nodes: Sequence[Sequence[Any]], rng: np.random.Generator, n_boot: int) -> NodeValues:
-        point = np.array([np.mean([self.values_by_id[r.id] for r in runs]) for runs in nodes])
-        draws = point + self.spread * rng.standard_normal((n_boot, len(nodes)))
-        return NodeValues(point, draws)
+    def values(self, nodes: Sequence[Sequence[Any]]) -> NodeValues:
+        return node_values([[self.values_by_id[r.id] for r in runs] for runs in nodes], "fixed")
 
 
-def lattice(nodes: Mapping[frozenset[str], str], factors: tuple[str, ...] = ("code", "precision")) -> tuple[
-        Lattice, dict[frozenset[str], list[Run]]]:
-    lat = Lattice(factors, {s: (rid,) for s, rid in nodes.items()}, frozenset())
-    return lat, {s: [Run(rid)] for s, rid in nodes.items()}
+def lattice(nodes: Mapping[frozenset[str], str | tuple[str, ...]],
+            factors: tuple[str, ...] = ("code", "precision")) -> tuple[Lattice, dict[frozenset[str], list[Run]]]:
+    ids = {s: (rid,) if isinstance(rid, str) else rid for s, rid in nodes.items()}
+    lat = Lattice(factors, ids, frozenset())
+    return lat, {s: [Run(r) for r in rids] for s, rids in ids.items()}
+
+
+def replicated(means: Mapping[frozenset[str], float], sd: float, runs: int, seed: int) -> tuple[
+        Lattice, dict[frozenset[str], list[Run]], Fixed]:
+    """A lattice whose every node holds ``runs`` runs drawn around its mean with SD ``sd`` (log scale)."""
+    rng = np.random.default_rng(seed)
+    values: dict[str, float] = {}
+    nodes: dict[frozenset[str], tuple[str, ...]] = {}
+    for s, mean in means.items():
+        name = "".join(sorted(s)) or "a"
+        nodes[s] = tuple(f"{name}{i}" for i in range(runs))
+        values.update({f"{name}{i}": float(mean + sd * rng.standard_normal()) for i in range(runs)})
+    lat, node_runs = lattice(nodes)
+    return lat, node_runs, Fixed(values)
 
 
 def test_shapley_of_a_hand_computed_example() -> None:
@@ -104,16 +125,72 @@ def test_no_changed_factor_leaves_everything_unexplained() -> None:
     assert att.total == 0.0 and att.unexplained == 0.0 and att.shares == []
 
 
-def test_cis_cover_the_shares_and_are_reproducible() -> None:
+def test_one_run_per_node_gives_point_shares_and_says_inconclusive() -> None:
     lat, runs = lattice({E: "a", X: "x", Y: "y", XY: "b"})
-    head = Fixed({"a": 0.0, "x": 1.0, "y": 2.0, "b": 4.0}, spread=0.05)
-    one = attribute(lat, head, runs, np.random.default_rng(7), 500)
-    two = attribute(lat, head, runs, np.random.default_rng(7), 500)
-    assert one == two
+    att = attribute(lat, Fixed({"a": 0.0, "x": 1.0, "y": 2.0, "b": 4.0}), runs, np.random.default_rng(0), 200)
+    assert att.noise is None and att.total_ci is None and att.total_verdict == "inconclusive"
+    assert all(s.ci is None and s.verdict == "inconclusive" for s in att.shares)
+
+
+def test_intervals_come_from_the_replicates_and_have_the_t_width() -> None:
+    # every node: 3 runs at mean +- 0.1 (SD 0.1 exactly), so the pooled SD is 0.1 with 4 x 2 = 8 df
+    means = {E: 0.0, X: 1.0, Y: 2.0, XY: 4.0}
+    values, nodes = {}, {}
+    for s, m in means.items():
+        name = "".join(sorted(s)) or "a"
+        nodes[s] = (f"{name}0", f"{name}1", f"{name}2")
+        values.update({f"{name}0": m - 0.1, f"{name}1": m, f"{name}2": m + 0.1})
+    lat, runs = lattice(nodes)
+    one = attribute(lat, Fixed(values), runs, np.random.default_rng(7), 4000)
+    assert one == attribute(lat, Fixed(values), runs, np.random.default_rng(7), 4000)
+    assert one.noise is not None and one.noise.df == 8 and one.noise.sd == pytest.approx(0.1)
+    # total = mean(B) - mean(A): SD 0.1 x sqrt(2/3); its 95% interval is +- t(8) x that (scipy, not our code)
+    from scipy import stats as sps
+    half = sps.t.ppf(0.975, 8) * 0.1 * math.sqrt(2 / 3)
+    assert one.total_ci is not None
+    assert one.total_ci[1] - one.total_ci[0] == pytest.approx(2 * half, rel=0.06)
+    assert one.total_verdict == "significant"
     for s in one.shares:
-        assert s.ci[0] < s.share < s.ci[1]
-        assert s.ci[1] - s.ci[0] < 0.3
-    assert one.total_ci is not None and one.total_ci[0] < 4.0 < one.total_ci[1]
+        assert s.ci is not None and s.ci[0] < s.share < s.ci[1] and s.verdict == "credited"
+
+
+def test_no_share_is_credited_when_the_total_is_noise() -> None:
+    # X helps and Y hurts by the same amount: the total is zero, each step is large
+    lat, runs, head = replicated({E: 0.0, X: 0.5, Y: -0.5, XY: 0.0}, sd=0.05, runs=3, seed=3)
+    att = attribute(lat, head, runs, np.random.default_rng(0), 2000)
+    assert att.total_verdict == "indistinguishable from noise"
+    assert att.shares and all(s.verdict == "indistinguishable from noise" for s in att.shares)
+    assert any(s.ci is not None and (s.ci[0] > 0 or s.ci[1] < 0) for s in att.shares)  # would be credited alone
+
+
+def test_a_noise_floor_gives_intervals_to_single_runs() -> None:
+    lat, runs = lattice({E: "a", X: "x", Y: "y", XY: "b"})
+    floor = Floor(sd=0.05, df=20, groups=5, runs=25, log_scale=True)
+    att = attribute(lat, Fixed({"a": 0.0, "x": 1.0, "y": 2.0, "b": 4.0}), runs, np.random.default_rng(0), 2000,
+                    floor=floor)
+    assert att.noise is not None and att.noise.df == 20 and "noise floor 5%" in att.noise.source
+    assert att.total_verdict == "significant" and all(s.verdict == "credited" for s in att.shares)
+
+
+@pytest.mark.slow
+def test_planted_shares_are_recovered_within_ten_percent_of_the_total() -> None:
+    # 2x2 lattice, X = +20% and Y = +10% (log scale), 3 runs per node, between-run SD 5%; over 40 lattices the
+    # mean recovered share lies within 10% of the total of the truth, and the 95% intervals cover it
+    truth = {"code": math.log(1.2), "precision": math.log(1.1)}
+    total = sum(truth.values())
+    got: dict[str, list[float]] = {"code": [], "precision": []}
+    covered = 0
+    for seed in range(40):
+        means = {E: 0.0, X: truth["code"], Y: truth["precision"], XY: total}
+        lat, runs, head = replicated(means, sd=0.05, runs=3, seed=seed)
+        att = attribute(lat, head, runs, np.random.default_rng(seed), 1000)
+        for s in att.shares:
+            got[s.factors[0]].append(s.share)
+            assert s.ci is not None
+            covered += s.ci[0] <= truth[s.factors[0]] <= s.ci[1]
+    for factor, shares in got.items():
+        assert abs(np.mean(shares) - truth[factor]) <= 0.10 * total
+    assert covered / 80 >= 0.88
 
 
 def test_longest_paths_prefer_single_factor_steps() -> None:

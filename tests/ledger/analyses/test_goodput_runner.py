@@ -202,7 +202,7 @@ def test_compare_plugin_rows_and_headline(seeds: Ledger, crashed: tuple[Ledger, 
     assert rows["time to first gate"].observe(runs["seed0"]).value == pytest.approx(gate["cost"]["wall_s"], abs=0.05)
     censored = rows["time to val-loss"].observe(runs["seed2"])
     assert censored.value is None and "not reached (>=" in (censored.reason or "")
-    nodes = goodput_compare.HEADLINES[0].values([[runs["seed0"]], [runs["seed2"]]], np.random.default_rng(0), 10)
+    nodes = goodput_compare.HEADLINES[0].values([[runs["seed0"]], [runs["seed2"]]])
     assert nodes.point[0] == pytest.approx(np.log(gate["cost"]["wall_s"]), abs=0.02) and 1 in nodes.missing
     # a later attempt alone is not the logical run: said, not guessed
     led, _, a2 = crashed

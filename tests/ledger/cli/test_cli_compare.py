@@ -7,7 +7,9 @@ training loops, so they share the machine's conditions):
   ``PLANTED_S`` of sleep to every step (so only the *code* factor changes, and its effect is known by
   construction); ``precision=bf16`` is the second factor; base, A (code), B (precision), AB (both). Every
   step also sleeps ``FLOOR_S``, so machine noise in the tiny model's compute moves step times little;
-- an A/A pair: the base and its replicate with another seed (``base-s1``), also a replicate group;
+- replicates, the run being the unit of evidence: the base and the combination each run with seeds 1 and 2
+  too (``base-s1``, ``base-s2``, ``AB-s1``, ``AB-s2``), which compare takes into the sides; ``base-again``
+  is the base run again with the same seed (bit-identical losses);
 - a confounded run (C: learning rate and router z-loss changed at once), a run of another task (T: another
   data seed), and two runs with no steps.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +56,7 @@ LAUNCHER = textwrap.dedent('''
     import time
     from pathlib import Path
 
-    import torch  # noqa: F401
+    import torch
     import runners.moe.train  # noqa: F401
     from runners.moe.cli import main
 
@@ -67,21 +70,28 @@ LAUNCHER = textwrap.dedent('''
         while len(list(where.glob(f"{{kind}}-*"))) < int(os.environ["PLANT_N"]) and time.time() < deadline:
             time.sleep(0.01)
 
+    if PLANTED_S:  # the code change: every optimizer step sleeps PLANTED_S more (no config field changes)
+        step = torch.optim.AdamW.step
+
+        def slower(self, *args, **kwargs):
+            time.sleep(PLANTED_S)
+            return step(self, *args, **kwargs)
+
+        torch.optim.AdamW.step = slower
+
     barrier("ready")  # every run starts training at the same time...
-    status = main([*sys.argv[1:], "--set", f"delay_s={{FLOOR_S + PLANTED_S}}"])
+    status = main([*sys.argv[1:], "--set", f"delay_s={{FLOOR_S}}"])
     barrier("done")  # ...and no run publishes its receipt while another still trains
     sys.exit(status)
 ''')
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """This interpreter's venv first on PATH, no inherited ledger variables."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("LEDGER_RUN_DIR", None)
-    env.pop("LEDGER_DIR", None)
-    env.update(extra)
-    return env
+    """This interpreter's venv first on PATH, no inherited ledger variables, the tree under test first on
+    PYTHONPATH (as conftest's: otherwise the subprocesses run the venv's editable install)."""
+    from conftest import child_env as shared
+
+    return shared(**extra)
 
 
 def sets(overrides: list[str]) -> list[str]:
@@ -137,6 +147,10 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Planted:
         "B": (base, ["launcher.py"], [*NANO, "precision=bf16"]),
         "AB": (variant, ["launcher.py"], [*NANO, "precision=bf16"]),
         "base-s1": (base, ["launcher.py"], [*NANO, "seed=1"]),
+        "base-s2": (base, ["launcher.py"], [*NANO, "seed=2"]),
+        "AB-s1": (variant, ["launcher.py"], [*NANO, "precision=bf16", "seed=1"]),
+        "AB-s2": (variant, ["launcher.py"], [*NANO, "precision=bf16", "seed=2"]),
+        "base-again": (base, ["launcher.py"], [*NANO]),
         "C": (base, ["launcher.py"], [*NANO, "lr=2e-2", "moe.z_loss_coeff=0.002"]),
         "T": (base, ["launcher.py"], [*NANO, "data.seed=7"]),
     }
@@ -192,6 +206,10 @@ def test_planted_effects_are_recovered_within_their_ci(planted: Planted) -> None
     assert result["comparable"] is True
     assert [c["factor"] for c in result["changed_factors"]] == ["code", "precision"]
     assert result["confounded"] == [] and result["missing_ablations"] == []
+    # the sides hold their replicates: base, base-s1, base-s2, base-again and AB, AB-s1, AB-s2
+    assert sorted(result["a"]["names"]) == ["base", "base-again", "base-s1", "base-s2"]
+    assert sorted(result["b"]["names"]) == ["AB", "AB-s1", "AB-s2"]
+    assert metric(result, "tokens/s per device")["n"] == [4, 3] and metric(result, "tokens/s per device")["df"] >= 5
 
     through = shares(result, "throughput")
     assert set(through) == {"code", "precision"}
@@ -208,6 +226,7 @@ def test_planted_effects_are_recovered_within_their_ci(planted: Planted) -> None
     lo, hi = through["code"]["ci"]
     assert lo <= planted_code <= hi, (planted_code, through["code"])
     assert through["code"]["share"] < -0.4  # ~log(55 / 105)
+    assert through["code"]["verdict"] == "credited" and total["total_verdict"] == "significant"
 
     # precision: the rest of the total (its effect is not known by construction: the bf16 compute time is
     # what this machine makes of it); in the order base -> B it is exactly its single-factor ablation, and
@@ -220,38 +239,66 @@ def test_planted_effects_are_recovered_within_their_ci(planted: Planted) -> None
     lo, hi = through["precision"]["spread"]
     assert lo - 1e-9 <= single_precision <= hi + 1e-9, (single_precision, through["precision"])
 
-    # loss at matched tokens: the delay changes no arithmetic, so code explains exactly none of it
+    # loss at matched tokens: the delay changes no arithmetic, so code explains none of it (its share is
+    # the seeds' noise between the replicate sides and the single runs, and is not credited)
     loss = shares(result, "loss at matched tokens")
-    assert loss["code"]["share"] == 0.0 and loss["code"]["ci"][0] <= 0.0 <= loss["code"]["ci"][1]
-    loss_total = totals(result, "loss at matched tokens")["total"]
-    assert math.isclose(loss["precision"]["share"], loss_total, abs_tol=1e-12)
-    single_loss = totals(single, "loss at matched tokens")["total"]
-    lo, hi = loss["precision"]["ci"]
-    assert lo <= single_loss <= hi
+    assert loss["code"]["ci"][0] <= 0.0 <= loss["code"]["ci"][1]
+    assert loss["code"]["verdict"] != "credited"
 
     assert metric(result, "tokens/s per device")["verdict"] == "worse"
     assert metric(result, "step time (median)")["verdict"] == "worse"
 
 
-def test_a_a_two_seeds_show_no_significant_difference(planted: Planted) -> None:
+def test_two_seeds_of_one_configuration_are_replicates_not_a_verdict(planted: Planted) -> None:
     result = planted.json("compare", "base", "base-s1")
-    assert result["same_config"] is True
+    assert result["same_config"] is True and result["identical"] is False
     assert [c["factor"] for c in result["changed_factors"]] == ["seed"]
     for name in ("tokens/s per device", "step time (median)", "loss @ matched tokens"):
         row = metric(result, name)
-        assert row["verdict"] == "no significant difference", row
+        assert row["verdict"] == "same configuration" and row["p_value"] is None and row["ci"] is None, row
+    assert result["attribution"] == []
+
+
+def test_the_same_run_twice_is_identical(planted: Planted) -> None:
+    result = planted.json("compare", "base", "base-again")
+    assert result["identical"] is True and result["changed_factors"] == []
+    assert metric(result, "loss @ matched tokens")["verdict"] == "identical"
+    assert metric(result, "tokens/s per device")["verdict"] in ("same configuration", "identical")
+    assert any(n.startswith("identical:") for n in result["notes"])
+    claim = planted.cli("claim", "base", "base-again")
+    assert claim.returncode == 1 and "identical" in claim.stdout
+
+
+def test_one_run_per_side_is_inconclusive_with_the_commands_that_settle_it(planted: Planted,
+                                                                          tmp_path: Path) -> None:
+    ledger = tmp_path / "receipts"
+    ledger.mkdir()
+    for name in ("A", "B"):  # code vs precision, one run each, and no replicate group to learn a floor from
+        shutil.copytree(planted.ledger / planted.ids[name], ledger / planted.ids[name])
+    result = planted.json("compare", "A", "B", ledger=ledger)
+    row = metric(result, "tokens/s per device")
+    assert row["verdict"] == "inconclusive" and row["n"] == [1, 1] and row["p_value"] is None
+    assert row["ci_a"] is not None and row["ci_b"] is not None  # each run's own precision is still shown
+    assert "ledger ab A B --rounds 3" in result["next_steps"]
+    assert all(s["verdict"] == "inconclusive" for s in result["attribution"])
+    claim = planted.cli("claim", "A", "B", ledger=ledger)
+    assert claim.returncode == 1 and "ledger ab A B" in claim.stdout
+    # in the full ledger the base and AB replicate groups give a noise floor on this hardware: a verdict
+    full = planted.json("compare", "A", "B")
+    row = metric(full, "tokens/s per device")
+    assert row["test"] == "t-test (noise floor)" and "noise floor" in row["evidence"]
 
 
 def test_confounded_pair_lists_the_two_missing_runs(planted: Planted) -> None:
     result = planted.json("compare", "base", "C")
-    assert [c["factor"] for c in result["changed_factors"]] == ["router", "architecture"]
-    assert [c["factors"] for c in result["confounded"]] == [["router", "architecture"]]
-    assert result["confounded"][0]["message"] == "confounded: router, architecture changed together"
+    assert [c["factor"] for c in result["changed_factors"]] == ["router", "hyperparameters"]
+    assert [c["factors"] for c in result["confounded"]] == [["router", "hyperparameters"]]
+    assert result["confounded"][0]["message"] == "confounded: router, hyperparameters changed together"
     assert result["attribution"] == []  # no single factor can be credited
     through = totals(result, "throughput")
     assert math.isclose(through["unexplained"], through["total"], abs_tol=1e-12)
     missing = result["missing_ablations"]
-    assert [m["adds"] for m in missing] == ["router", "architecture"]
+    assert [m["adds"] for m in missing] == ["router", "hyperparameters"]
     router, arch = (m["command"] for m in missing)
     for command in (router, arch):
         assert command.startswith("ledger record --name base+") and "-- python -m runners.moe --config tiny" in command
@@ -261,7 +308,7 @@ def test_confounded_pair_lists_the_two_missing_runs(planted: Planted) -> None:
 
     text = planted.cli("compare", "base", "C")
     assert text.returncode == 0, text.stderr
-    assert "confounded: router, architecture changed together" in text.stdout
+    assert "confounded: router, hyperparameters changed together" in text.stdout
     assert "missing ablation runs" in text.stdout
 
 
@@ -272,14 +319,14 @@ def test_a_missing_run_recorded_from_its_command_splits_the_confounded_pair(plan
     for name in ("base", "C"):
         shutil.copytree(planted.ledger / planted.ids[name], ledger / planted.ids[name])
     arch = next(m for m in planted.json("compare", "base", "C", ledger=ledger)["missing_ablations"]
-                if m["adds"] == "architecture")
+                if m["adds"] == "hyperparameters")
     argv = arch["command"].split()  # a plain command: no quoting needed
     proc = subprocess.run(argv, cwd=planted.base_repo, env=child_env(LEDGER_DIR=str(ledger)), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = planted.json("compare", "base", "C", ledger=ledger)
     assert result["confounded"] == [] and result["missing_ablations"] == []
-    assert set(shares(result, "throughput")) == {"router", "architecture"}
+    assert set(shares(result, "throughput")) == {"router", "hyperparameters"}
     assert totals(result, "throughput")["orders"] == 1
 
 
@@ -372,6 +419,12 @@ def test_html_report_renders_in_headless_chromium(planted: Planted, tmp_path: Pa
         assert title in html
     timelines = html.split('id="goodput"', 1)[1].split("<h2", 1)[0]
     assert timelines.count("<svg") == 2 and "unavailable" not in timelines  # one timeline per side
+    # the two timelines share one time axis: the same tick labels
+    axes = [re.findall(r'text-anchor="middle">([^<]+)</text>', part) for part in timelines.split("<svg")[1:]]
+    assert axes[0] and axes[0] == axes[1]
+    for title in ("loss difference B - A at matched tokens", "time per phase", 'id="smoothing"', 'class="smooth"'):
+        assert title in html
+    assert "1e-09" not in html
 
     browser = _chromium()
     if browser is None:

@@ -92,3 +92,19 @@ def test_ledger_compare_on_imported_mlperf_and_golden(ledger: Ledger, mlperf_dir
     h100 = ingest_golden(ledger, golden_dir / GOLDEN.format("h100"), golden_dir / CONFIG).receipt
     gpus = _compare(ledger, a100, h100)
     assert _factors(gpus) == {"hardware"}
+
+
+def test_imported_runs_that_differ_in_hardware_and_parallelism_are_confounded(ledger: Ledger, golden_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    # the same golden values' model config with another tensor-parallel size, on another GPU: two causal
+    # factors changed at once and no receipt splits them, whatever metrics the receipts hold
+    config = tmp_path / CONFIG
+    config.write_text((golden_dir / CONFIG).read_text().replace("--tensor-model-parallel-size: 2",
+                                                                "--tensor-model-parallel-size: 4"))
+    a100 = ingest_golden(ledger, golden_dir / GOLDEN.format("a100"), golden_dir / CONFIG).receipt
+    h100 = ingest_golden(ledger, golden_dir / GOLDEN.format("h100"), config).receipt
+    result = _compare(ledger, a100, h100)
+    assert _factors(result) == {"hardware", "parallelism"}
+    assert [c["factors"] for c in result["confounded"]] == [["hardware", "parallelism"]]  # type: ignore[index]
+    assert result["confounded"][0]["message"] == "confounded: hardware, parallelism changed together"  # type: ignore[index]
+    assert {m["adds"] for m in result["missing_ablations"]} == {"hardware", "parallelism"}  # type: ignore[union-attr]

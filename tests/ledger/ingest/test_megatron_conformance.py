@@ -41,7 +41,8 @@ def test_ling_v2_mtp_zloss_and_warmup(megatron_dir: Path) -> None:
     assert [r["step"] for r in rows] == list(range(1, 11))
     assert rows[0]["step_time_s"] == pytest.approx(79.4899) and rows[1]["step_time_s"] == pytest.approx(11.182)
     assert rows[-1]["z_loss"] == 10.95377 and dict(rows[-1]["extra"])["mtp_1 loss"] == 2.779469
-    assert dict(rows[-1]["extra"])["throughput per GPU (TFLOP/s/GPU)"] == 133.7
+    assert rows[-1]["tflops_per_device"] == 133.7  # printed per GPU: a column of its own, not in extra
+    assert "throughput per GPU (TFLOP/s/GPU)" not in dict(rows[-1]["extra"])
     assert rows[-1]["grad_norm"] == 0.144 and rows[-1]["lr"] == 2.999833e-05 and rows[-1]["skipped"] is False
     # "[Rank 0] (after 1 iterations) memory (MB) | ... | max allocated: 63359.77001953125" belongs to step 1
     assert rows[0]["memory_bytes"] == int(63359.77001953125 * 2**20)
@@ -64,7 +65,8 @@ def test_deepspeed_variant_nan_grad_norm_and_tokens(megatron_dir: Path) -> None:
     assert all(math.isnan(r["grad_norm"]) and r["loss"] is None for r in rows)
     assert rows[0]["tokens"] == 88899584  # "consumed tokens"
     extra = dict(rows[0]["extra"])
-    assert extra["samples per second"] == 1.883 and extra["TFLOPs"] == 78.36 and extra["actual seqlen"] == 2048
+    assert extra["samples per second"] == 1.883 and rows[0]["tflops_per_device"] == 78.36
+    assert extra["actual seqlen"] == 2048 and rows[0]["global_batch"] == 8
     # tokens/s = global batch 8 x actual seqlen 2048 / 4.2479 s
     assert rows[0]["tokens_per_s"] == pytest.approx(8 * 2048 / 4.2479)
 

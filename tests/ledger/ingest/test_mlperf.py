@@ -80,10 +80,13 @@ def test_system_description_to_stack(mlperf_dir: Path) -> None:
     assert s.hardware.cpu_model == "Intel(R) Xeon(R) Platinum 8480C" and s.hardware.cpu_cores is None
     assert s.software.framework == "NVIDIA NeMo Framework Release 24.04"
     assert s.drivers.gpu_driver == "535.129.03" and s.drivers.nccl == "2.21.5" and s.drivers.cudnn == "9.1.0.70"
+    assert s.drivers.cuda_driver == "550.54.15"  # the container's CUDA driver, not the kernel module
     assert ev.submitter == "NVIDIA" and ev.division == "closed"
     dell = mlperf.evidence(mlperf_dir / DELL, mlperf_dir / "systems" / SYSTEMS[DELL]).evidence.stack
     assert dell.hardware.cpu_cores == 112 * 2 and dell.launcher.nodes == 1
-    assert dell.drivers.gpu_driver == "535.104.12" and dell.hardware.memory_bytes == 1_024_000_000_000
+    # cuda_driver_version is the CUDA driver (NVIDIA's own descriptions give the kernel driver apart from it)
+    assert dell.drivers.cuda_driver == "535.104.12" and dell.drivers.gpu_driver is None
+    assert dell.hardware.memory_bytes == 1_024_000_000_000
 
 
 def test_rules_are_required_for_a_gate(mlperf_dir: Path) -> None:

@@ -1,11 +1,12 @@
-"""The law fit: recovery of known parameters from synthetic data, identifiability, robustness, bad input."""
+"""The law fit: recovery of known parameters from synthetic data, identifiability (refusal of degenerate
+designs with the runs that fix them), robustness, bad input."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ledger.planning.errors import TooFewReceipts
+from ledger.planning.errors import DegenerateDesign, TooFewReceipts
 from ledger.planning.fitting import Data, fit_law, synthetic
 from ledger.planning.law import DEFAULT_LAW, PARAMS, Law
 
@@ -34,7 +35,7 @@ def test_recovers_known_parameters_within_their_intervals() -> None:
         assert getattr(fit.law, p) == pytest.approx(getattr(TRUE, p), rel=0.15), p
     assert fit.law.e == pytest.approx(TRUE.e, rel=0.1)
     # held-out error at the noise level (0.5% multiplicative noise)
-    assert fit.held_out["mape_pct"] < 0.6
+    assert fit.held_out["mape_pct"] < 0.6 and fit.held_out["n"] == 120
     assert fit.in_sample["mape_pct"] <= fit.held_out["mape_pct"]
 
 
@@ -63,6 +64,8 @@ def test_a_constant_variable_fixes_what_it_cannot_identify() -> None:
     full = synthetic(TRUE, GRID["n_tot"], GRID["d"], GRID["s"], [4.0], noise=0.003, seed=3)
     fit = fit_law(full, bootstrap=20, inits=8)
     assert "eta" in fit.fixed and "G does not vary" in fit.fixed["eta"]
+    assert fit.support["G"] == (4.0, 4.0) and fit.support["S"] == (0.0, 0.96875)
+    assert fit.samples is not None and fit.samples.shape == (fit.bootstrap, len(PARAMS))
     assert fit.law.eta == DEFAULT_LAW.eta
     assert fit.ci["eta"] == (DEFAULT_LAW.eta, DEFAULT_LAW.eta)
     assert fit.held_out["mape_pct"] < 1.0
@@ -74,12 +77,35 @@ def test_a_constant_variable_fixes_what_it_cannot_identify() -> None:
     assert fit.in_sample["mape_pct"] < 1.0
 
 
-def test_few_observations_fix_the_hardest_parameters_first() -> None:
+def test_too_few_design_points_are_refused_with_the_runs_that_fix_it() -> None:
     d = sample(0.003, seed=5, n=7)
-    fit = fit_law(d, bootstrap=0, inits=4)
-    assert len(fit.free) <= len(d) - 2
-    assert {"eta", "delta", "gamma"} <= set(fit.fixed)
-    assert all("too few observations" in fit.fixed[p] for p in ("eta", "delta", "gamma"))
+    with pytest.raises(DegenerateDesign) as err:
+        fit_law(d, bootstrap=0, inits=4, ref="abc123")
+    msg = str(err.value)
+    assert "7 distinct design points for 11 free parameters (at least 13 needed)" in msg
+    assert "`ledger rerun abc123 --scale width=x2`" in msg and "--at-tokens" in msg
+
+
+def test_a_sweep_of_experts_alone_is_refused_as_collinear() -> None:
+    """More experts at a fixed top-k raise N_tot and S together: the law cannot tell their terms apart."""
+    experts = np.array([4, 8, 16, 32, 64, 128])
+    n_tot = 5e7 + experts * 3 * 512 * 1024  # shared weights + routed experts
+    s = 1 - 2 / experts
+    tokens = np.r_[np.full(6, 1e9), np.full(6, 4e9)]  # two matched token counts per run
+    d = Data.of(np.r_[n_tot, n_tot], tokens, np.r_[s, s], 2.0, TRUE.predict(np.r_[n_tot, n_tot], tokens,
+                                                                             np.r_[s, s], 2.0),
+                np.r_[np.arange(6), np.arange(6)])
+    with pytest.raises(DegenerateDesign) as err:
+        fit_law(d, bootstrap=0, ref="r1")
+    msg = str(err.value)
+    assert "N_tot and S move together (correlation" in msg
+    assert "`ledger rerun r1 --scale width=x2`" in msg and "`ledger rerun r1 --scale experts=x4`" in msg
+
+
+def test_a_narrow_variable_is_refused() -> None:
+    full = synthetic(TRUE, [1e8, 1.2e8], GRID["d"], GRID["s"], GRID["g"], noise=0.003, seed=2)
+    with pytest.raises(DegenerateDesign, match=r"N_tot spans only x1\.2 \(at least x2 is needed"):
+        fit_law(full, bootstrap=0, inits=4)
 
 
 def test_too_few_receipts_say_how_many_and_what_varies() -> None:

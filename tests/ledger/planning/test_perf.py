@@ -139,3 +139,19 @@ def test_hardware_profiles(tmp_path) -> None:
     assert hardware.for_receipt({"stack": {"hardware": {}}, "workload": {"device": "cpu"}}) is CPU
     assert hardware.for_receipt({"stack": {"hardware": {"gpu_model": "NVIDIA A100-SXM4-80GB"}},
                                  "workload": {"device": "cuda"}}) is None
+
+
+def test_near_identical_receipts_are_refused_with_the_runs_that_fix_it() -> None:
+    """Many receipts of one geometry and plan (step times that differ by noise alone) cannot identify four
+    calibration factors: the fit refuses and names the runs that would vary the split of the step time."""
+    from ledger.planning.errors import DegenerateDesign
+
+    one = _obs(Calibration(), 0.0)[1]
+    rng = np.random.default_rng(3)
+    same = [PerfObs(f"id{i}", f"copy{i}", one.geometry, one.plan, CPU, one.step_s * float(np.exp(rng.normal(0, 0.03))),
+                    one.flops_per_token, one.tokens_per_step) for i in range(12)]
+    with pytest.raises(DegenerateDesign) as err:
+        fit_profile(same)
+    msg = str(err.value)
+    assert "1 distinct (geometry, plan) points for 3 free calibration factors (at least 5 needed)" in msg
+    assert "`ledger rerun id0 --scale batch=x4`" in msg and "--scale experts=x4" in msg

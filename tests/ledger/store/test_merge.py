@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from ledger.store.merge import read_table
+from schemas.tables import STEPS
 
 
 def test_jsonl_rows_are_read_and_bad_lines_reported(tmp_path: Path) -> None:
@@ -43,3 +46,23 @@ def test_garbage_stream_is_reported_not_fatal(tmp_path: Path) -> None:
     (rank / "timing.arrows").write_bytes(b"\x00garbage" * 10)
     table, problems = read_table(tmp_path, "timing")
     assert table.num_rows == 0 and "unreadable from byte 0" in problems[0].message
+
+
+def test_a_stream_of_an_earlier_steps_schema_is_read_not_dropped(tmp_path: Path) -> None:
+    """An SDK of an earlier version (before tflops_per_device and global_batch) wrote this rank's steps."""
+    older = pa.schema([f for f in STEPS if f.name not in ("tflops_per_device", "global_batch")])
+    rank = tmp_path / "rank-00000"
+    rank.mkdir()
+    batch = pa.RecordBatch.from_pylist([{"rank": 0, "step": 1, "loss": 2.5}, {"rank": 0, "step": 2, "loss": 2.0}],
+                                       schema=older)
+    with pa.OSFile(str(rank / "steps.arrows"), "wb") as sink, pa.ipc.new_stream(sink, older) as writer:
+        writer.write_batch(batch)
+    table, problems = read_table(tmp_path, "steps")
+    assert problems == [] and table.schema.equals(STEPS)
+    assert table.column("loss").to_pylist() == [2.5, 2.0] and table.column("global_batch").null_count == 2
+    # a stream whose columns are not a subset of today's is still refused (with its rows kept up to there)
+    other = pa.schema([pa.field("rank", pa.int32(), nullable=False), pa.field("step", pa.string())])
+    with pa.OSFile(str(rank / "steps.arrows"), "wb") as sink, pa.ipc.new_stream(sink, other) as writer:
+        writer.write_batch(pa.RecordBatch.from_pylist([{"rank": 0, "step": "x"}], schema=other))
+    table, problems = read_table(tmp_path, "steps")
+    assert table.num_rows == 0 and "schema differs" in problems[0].message

@@ -1,6 +1,7 @@
 """The plot of `ledger plan --plot FILE`: predicted loss against sparsity under the fixed model-FLOP budget
 and under the deliverable budget, drawn by hand as SVG (no plotting library). Sparsity is spaced by
--log10(1 - S), so 0.5, 0.75, 0.875, ... 0.985 are evenly apart; each budget's optimum is ringed.
+-log10(1 - S), so 0.5, 0.75, 0.875, ... are evenly apart; each budget's optimum is ringed; the law's support
+(its highest sparsity) is a dotted line when it lies inside the plot.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ def plot(result: PlanResult, title: str | None = None) -> str:
                "(spaced by -log10(1 - S))</text>")
     out.append(f'<text transform="translate(18 {TOP + ph / 2}) rotate(-90)" text-anchor="middle">'
                "predicted loss (best geometry at each S)</text>")
+    hi = (result.support.get("law_support") or {}).get("S")
+    if hi and x0 <= _x(hi[1]) <= x1:
+        sx = px(_x(hi[1]))
+        out.append(f'<line x1="{sx:.1f}" x2="{sx:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="#555" '
+                   f'stroke-dasharray="2 3"><title>law support: S &lt;= {hi[1]:.4g}</title></line>')
+        out.append(f'<text x="{sx - 4:.1f}" y="{TOP + 12}" text-anchor="end" fill="#555">law support</text>')
     best = {"loss_fixed_budget": result.compute_optimal, "loss_deliverable": result.cluster_optimal}
     names = {"loss_fixed_budget": "compute-optimal", "loss_deliverable": "cluster-optimal"}
     for i, (key, label, color, dash) in enumerate(SERIES):

@@ -1,0 +1,109 @@
+"""A/A calibration on real runner receipts: how often `ledger compare` calls a difference between runs that
+differ only in the seed.
+
+Records ``--pairs`` pairs of ``runners.moe --config tiny`` runs under `ledger record`, each pair two seeds of
+one configuration (pair k uses a no-op override ``--set delay_s=<tiny k-dependent value>`` so that the
+pairs are distinct configurations and each pair's runs are replicates of each other), interleaved so that
+the machine's drift falls on all pairs alike. Then, for every pair, `compare` judges its two runs **as if
+they were two configurations** (``judge_same_config``; the CLI instead says "same configuration" for
+them), one run per side, with the noise floor the ledger learned from the *other* pairs (each a replicate
+group of two runs). A false alarm is a "better"/"worse" verdict on throughput, step time (median or p90) or
+loss at matched tokens.
+
+Run twice: on the machine as it is, and with a CPU-bound load process beside it (``--load``), because real
+ledgers are recorded on shared machines.
+
+Figures: ``aa_false_alarm_rate`` (target <= 0.05) per condition; the reference is the nominal alpha.
+
+    .venv/bin/python bench/bench_aa.py [--pairs 12] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 0.05
+HEADLINES = ("tokens/s per device", "step time (median)", "step time (p90)", "loss @ matched tokens")
+
+
+def _burn(stop_at: float) -> None:
+    x = 0
+    while time.time() < stop_at:
+        x = (x * 1103515245 + 12345) % 2**31
+
+
+def record(ledger: Path, name: str, seed: int, pair: int, steps: int) -> str:
+    cmd = [sys.executable, "-m", "ledger.cli", "record", "--name", name, "--telemetry-interval", "0", "--",
+           sys.executable, "-m", "runners.moe", "--config", "tiny", "--set", f"steps={steps}", "--set",
+           "eval_every=1000", "--set", f"seed={seed}", "--set", f"delay_s={pair * 1e-6:.6f}", "--set", "threads=1"]
+    env = dict(os.environ, LEDGER_DIR=str(ledger), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise SystemExit(f"{name} failed: {proc.stderr[-2000:]}")
+    return name
+
+
+def run(pairs: int, steps: int, load: bool) -> dict[str, object]:
+    from ledger.analyses.compare import CompareOptions, Ref, compare
+    from ledger.store import index
+    from ledger.store.receipts import Ledger
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-aa-"))
+    ledger = tmp / "receipts"
+    burner = None
+    if load:
+        burner = multiprocessing.Process(target=_burn, args=(time.time() + 3600,), daemon=True)
+        burner.start()
+    try:
+        start = time.time()
+        for seed in (0, 1):  # interleaved: every pair's first run, then every pair's second run
+            for k in range(pairs):
+                record(ledger, f"p{k}-s{seed}", seed, k + 1, steps)
+        recorded = time.time() - start
+    finally:
+        if burner is not None:
+            burner.terminate()
+    alarms = 0
+    per_metric = dict.fromkeys(HEADLINES, 0)
+    judged = 0
+    with index.reader(Ledger(ledger)) as con:
+        for k in range(pairs):
+            c = compare(con, Ref(f"p{k}-s0"), Ref(f"p{k}-s1"),
+                        CompareOptions(plugins=False, attribution=False, judge_same_config=True))
+            rows = {r.name: r for r in c.metrics if r.name in HEADLINES}
+            judged += all(r.test is not None for r in rows.values())
+            hit = {n for n, r in rows.items() if r.verdict in ("better", "worse")}
+            alarms += bool(hit)
+            for n in hit:
+                per_metric[n] += 1
+    return {"pairs": pairs, "false_alarm_pairs": alarms, "judged_pairs": judged, "per_metric": per_metric,
+            "record_s": round(recorded, 1), "ledger": str(ledger)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    for condition, load in (("as is", False), ("with a CPU load beside it", True)):
+        got = run(args.pairs, args.steps, load)
+        rate = got["false_alarm_pairs"] / got["pairs"]  # type: ignore[operator]
+        print(f"{condition}: {got['false_alarm_pairs']} of {got['pairs']} seed-only pairs alarmed on a headline "
+              f"metric ({got['judged_pairs']} judged between runs); per metric {got['per_metric']}; "
+              f"recording took {got['record_s']} s")
+        figure = "aa_false_alarm_rate" + ("_loaded" if load else "")
+        print(json.dumps({"figure": figure, "value": round(rate, 4), "unit": "pairs", "reference": 0.05,
+                          "ratio": round(rate / 0.05, 3), "target": TARGET, "met": rate <= TARGET,
+                          "n": got["pairs"]}))
+
+
+if __name__ == "__main__":
+    main()

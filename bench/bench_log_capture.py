@@ -1,0 +1,163 @@
+"""(g) Zero-code capture keeps up with the output: parsing throughput of the log formats, side by side with
+``cat`` of the same file, and memory for a line of any length.
+
+Two generated logs of ``--mb`` MB each:
+- ``mixed``: per training step, one generic step line (``step N loss X lr Y grad_norm Z tokens_per_s T``)
+  among three lines of other output (a data-loader INFO line, a tqdm bar redrawn with ``\\r``, a warning):
+  what a plain training script's output looks like;
+- ``steps``: step lines only (the worst case: every line is parsed).
+
+Figures (MB/s; reference: ``cat FILE > /dev/null`` of the same file, best of 3; target: a floor of
+100 MB/s for ours):
+- ``log_capture_parse_<log>``: :class:`ledger.ingest.formats.scan.LineCapture` over the file, in process,
+  best of 2 (what `ledger record` does to ``output.log`` after the launch);
+- ``log_capture_record_mixed``: ``ledger record -- cat FILE`` (stdout to /dev/null) minus ``ledger record
+  -- true``, i.e. the per-byte cost of the wrapper with capture on (tee, redaction, parsing, publishing the
+  log), best of 2;
+- ``log_capture_long_line_rss``: growth of the peak RSS of a process fed one line of ``--long-mb`` MB in
+  1 MiB chunks (peak after minus peak before, so pages swapped out under load do not count as growth);
+  target: a ceiling of 64 MB (it must not grow with the line).
+
+    .venv/bin/python bench/bench_log_capture.py [--mb 100] [--long-mb 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_MB_S = 100.0
+TARGET_RSS_MB = 64.0
+
+
+def generate(path: Path, mb: float, kind: str) -> None:
+    rng = random.Random(0)
+    target = int(mb * 1e6)
+    written = 0
+    step = 0
+    with path.open("w") as f:
+        while written < target:
+            step += 1
+            lines = []
+            if kind == "mixed":
+                lines.append(f"[2026-12-01 10:00:{step % 60:02d},123] [INFO] [data.py:88] prefetching shard "
+                             f"{step % 512} of 512 from /data/tokens/shard_{step % 512:05d}.bin\n")
+                lines.append(" " + "\r".join(f"{p:3d}%|{'#' * (p // 10):<10}| {p}/100 [00:0{p % 10}<00:01, 12.3it/s]"
+                                             for p in range(0, 100, 25)) + "\n")
+                lines.append("/usr/lib/python3/site-packages/torch/utils/data.py:12: UserWarning: workers\n")
+            lines.append(f"step {step} loss {3 / (1 + step * 1e-3):.4f} lr {1e-3:.2e} grad_norm {rng.random():.4f} "
+                         f"tokens_per_s {rng.randint(1000, 9000)}\n")
+            text = "".join(lines)
+            f.write(text)
+            written += len(text)
+
+
+def cat_mb_s(path: Path) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", str(path)], stdout=null, check=True)
+        best = min(best, time.perf_counter() - t0)
+    return path.stat().st_size / best / 1e6
+
+
+def parse_mb_s(path: Path) -> tuple[float, int]:
+    from ledger.ingest.formats.scan import LineCapture
+
+    best, steps = float("inf"), 0
+    for _ in range(2):
+        capture = LineCapture()
+        t0 = time.perf_counter()
+        capture.feed_file(path)
+        best = min(best, time.perf_counter() - t0)
+        rows = capture.best()
+        steps = len(rows.steps) if rows else 0
+    return path.stat().st_size / best / 1e6, steps
+
+
+def record_mb_s(path: Path, tmp: Path) -> float | None:
+    ledger = Path(sys.executable).with_name("ledger")
+    cmd = [str(ledger) if ledger.exists() else shutil.which("ledger") or "ledger", "record", "--telemetry-interval",
+           "0", "--"]
+    env = dict(os.environ, LEDGER_DIR=str(tmp / "receipts"))
+
+    def run(args: list[str]) -> float:
+        t0 = time.perf_counter()
+        with open(os.devnull, "wb") as null:
+            subprocess.run(cmd + args, stdout=null, stderr=subprocess.DEVNULL, env=env, cwd=tmp, check=True)
+        return time.perf_counter() - t0
+
+    run(["true"])  # creates the ledger and its index
+    fixed = min(run(["true"]) for _ in range(2))
+    full = min(run(["cat", str(path)]) for _ in range(2))
+    if full - fixed <= 0.05 * fixed:
+        return None  # lost in the noise of the fixed cost: use a larger --mb
+    return path.stat().st_size / (full - fixed) / 1e6
+
+
+LONG_LINE = """
+import resource, sys
+from ledger.ingest.formats.scan import LineCapture
+mb = int(sys.argv[1])
+c = LineCapture()
+c.feed(b"step 1 loss 2.0\\n")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+chunk = b"x" * (1 << 20)
+for _ in range(mb):
+    c.feed(chunk)
+c.feed(b"\\nstep 2 loss 1.5\\n")
+c.close()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rows = c.best()
+assert rows is not None and sorted(rows.steps) == [1, 2] and c.long_lines == 1
+print((after - before) / 1024)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=100.0, help="size of each generated log (MB)")
+    ap.add_argument("--long-mb", type=int, default=512, help="length of the long line (MB)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for kind in ("mixed", "steps"):
+            path = tmp / f"{kind}.log"
+            generate(path, args.mb, kind)
+            cat = cat_mb_s(path)
+            ours, steps = parse_mb_s(path)
+            print(json.dumps({"figure": f"log_capture_parse_{kind}", "value": round(ours, 2), "unit": "MB/s",
+                              "reference": round(cat, 2), "ratio": round(ours / cat, 4), "target": TARGET_MB_S,
+                              "met": ours >= TARGET_MB_S,
+                              "note": f"{args.mb:g} MB, {steps} steps; value: LineCapture MB/s (floor 100), "
+                                      "reference: cat MB/s; ratio = ours / cat"}))
+            if kind == "mixed":
+                through = record_mb_s(path, tmp)
+                print(json.dumps({"figure": "log_capture_record_mixed",
+                                  "value": None if through is None else round(through, 2), "unit": "MB/s",
+                                  "reference": round(cat, 2),
+                                  "ratio": None if through is None else round(through / cat, 4),
+                                  "target": TARGET_MB_S, "met": None if through is None else through >= TARGET_MB_S,
+                                  "note": "ledger record -- cat FILE minus ledger record -- true; floor 100 MB/s"}))
+            path.unlink()
+        out = subprocess.run([sys.executable, "-c", LONG_LINE, str(args.long_mb)], capture_output=True, text=True,
+                             check=True)
+        growth = float(out.stdout.strip())
+        print(json.dumps({"figure": "log_capture_long_line_rss", "value": round(growth, 1), "unit": "MB",
+                          "reference": float(args.long_mb), "ratio": round(growth / args.long_mb, 4),
+                          "target": TARGET_RSS_MB, "met": growth <= TARGET_RSS_MB,
+                          "note": f"peak RSS growth while fed one {args.long_mb} MB line (reference: the line's "
+                                  "length); ceiling 64 MB"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Fast path of line capture: once a format has read a line, the line's own shape becomes a regular
+expression (its numbers captured, the rest literal), so the lines of the same shape that follow are read
+by one ``fullmatch`` and a few ``float`` calls instead of the format's parser.
+
+A template is built only when every value the format took from the line is one of the line's numbers
+(as printed, or scaled by a unit the formats use: ms to s, GiB/GB to bytes) and the step too (or the format
+numbers its lines); otherwise that shape keeps the format's parser. A template is checked against the
+format's parser on its first :data:`CHECK_FIRST` lines and on every :data:`CHECK_EVERY`-th line after:
+one disagreement drops it for good (that line keeps the parser's reading).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ledger.ingest.formats.base import Format, Parsed
+
+CHECK_FIRST = 8
+CHECK_EVERY = 64
+MAX_TEMPLATES = 8
+_NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+_TOKEN = re.compile(r"(?<![\w.])(?:" + _NUM + r")(?![\w])")
+_SCALES = (1.0, 1e-3, float(2**30), 1e9)
+
+
+@dataclass
+class Template:
+    """One line shape of one format."""
+
+    format: str
+    regex: re.Pattern[str]
+    step_group: int | None
+    metrics: list[tuple[str, int, float]]
+    """(name, group, scale)."""
+    uses: int = 0
+    dead: bool = False
+    _block: re.Pattern[str] | None = None
+
+    def block(self) -> re.Pattern[str]:
+        """The template as a pattern over a block of lines (one match per whole line)."""
+        if self._block is None:
+            self._block = re.compile(f"^(?:{self.regex.pattern})$", re.M)
+        return self._block
+
+    def read_block(self, text: str, verify: Format) -> tuple[str, list[tuple[int, Parsed]]]:
+        """Read every line of ``text`` of this shape; returns the text with those lines emptied (their line
+        ends kept) and the readings with their line index in the block, in order. A line on which the parser
+        disagrees kills the template and is left in the text for the parser."""
+        step_group = self.step_group
+        assert step_group is not None
+        metrics_of = self.metrics
+        found: list[tuple[int, Parsed]] = []
+        keep: list[tuple[int, int]] = []
+        index, counted = 0, 0
+        count = text.count
+        for m in self.block().finditer(text):
+            groups = m.groups()
+            self.uses += 1
+            try:
+                step = int(groups[step_group].replace(",", ""))
+                metrics = {name: _float(groups[g]) * scale for name, g, scale in metrics_of}
+            except ValueError:
+                continue
+            parsed = Parsed(step=step, metrics=metrics)
+            if self.uses % CHECK_EVERY == 0 and not agrees(parsed, verify(m.group())):
+                self.dead = True
+                break
+            start = m.start()
+            index += count("\n", counted, start)
+            counted = start
+            found.append((index, parsed))
+            keep.append(m.span())
+        if not keep:
+            return text, found
+        parts = []
+        pos = 0
+        for a, b in keep:
+            parts.append(text[pos:a])
+            pos = b
+        parts.append(text[pos:])
+        return "".join(parts), found
+
+    def read(self, line: str) -> Parsed | None:
+        """The template's reading of one line; None when the line has another shape."""
+        m = self.regex.fullmatch(line)
+        if m is None:
+            return None
+        groups = m.groups()
+        try:
+            step = None if self.step_group is None else int(groups[self.step_group].replace(",", ""))
+            metrics = {name: _float(groups[g]) * scale for name, g, scale in self.metrics}
+        except ValueError:
+            return None
+        return Parsed(step=step, metrics=metrics, ordinal=self.step_group is None)
+
+
+def _float(text: str) -> float:
+    return float(text.replace(",", "")) if "," in text else float(text)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b)) or (a != 0 and abs(a - b) <= 1e-12 * abs(a))
+
+
+def build(name: str, line: str, parsed: Parsed) -> Template | None:
+    """A template of ``line``, which ``name``'s parser read as ``parsed``; None when the line's values do
+    not all come from its numbers."""
+    if parsed.evals or not parsed.metrics:
+        return None
+    tokens = list(_TOKEN.finditer(line))
+    if not tokens or len(tokens) > 40:
+        return None
+    values: list[float] = []
+    for t in tokens:
+        try:
+            values.append(_float(t.group()))
+        except ValueError:
+            values.append(math.nan)
+    used: set[int] = set()
+    step_group = None
+    if parsed.step is not None:
+        step_group = next((i for i, t in enumerate(tokens) if t.group().replace(",", "").isdigit()
+                           and int(t.group().replace(",", "")) == parsed.step), None)
+        if step_group is None:
+            return None
+        used.add(step_group)
+    metrics: list[tuple[str, int, float]] = []
+    for key, value in parsed.metrics.items():
+        found = next(((i, s) for s in _SCALES for i, v in enumerate(values)
+                      if i not in used and _same(v * s, value)), None)
+        if found is None:
+            return None
+        used.add(found[0])
+        metrics.append((key, found[0], found[1]))
+    parts: list[str] = []
+    pos = 0
+    for t in tokens:
+        parts.append(_literal(line[pos:t.start()]))
+        parts.append(f"({_NUM})")
+        pos = t.end()
+    parts.append(_literal(line[pos:]))
+    try:
+        regex = re.compile("".join(parts))
+    except re.error:
+        return None
+    return Template(name, regex, step_group, metrics)
+
+
+def _literal(text: str) -> str:
+    """Literal text, runs of spaces matching any run of spaces (aligned columns change width)."""
+    return "".join(r" *" if chunk.isspace() else re.escape(chunk) for chunk in re.split(r"( +)", text) if chunk)
+
+
+def agrees(a: Parsed, b: Parsed | None) -> bool:
+    """The template's reading equals the parser's."""
+    if b is None or a.step != b.step or set(a.metrics) != set(b.metrics):
+        return False
+    return all(_same(a.metrics[k], b.metrics[k]) for k in a.metrics)
+
+
+class Templates:
+    """The templates of one capture, tried before the parsers."""
+
+    def __init__(self, formats: dict[str, Format], enabled: bool = True) -> None:
+        self.formats = formats
+        self.items: list[Template] = []
+        self.enabled = enabled
+
+    def read(self, line: str) -> tuple[str, Parsed] | None:
+        for t in self.items:
+            if t.dead:
+                continue
+            parsed = t.read(line)
+            if parsed is None:
+                continue
+            t.uses += 1
+            if t.uses <= CHECK_FIRST or t.uses % CHECK_EVERY == 0:
+                slow = self.parse(t.format, line)
+                if not agrees(parsed, slow):
+                    t.dead = True
+                    return None
+            return t.format, parsed
+        return None
+
+    def parse(self, name: str, line: str) -> Parsed | None:
+        """What the format's parser reads in the line (as the capture offers it: rank prefix removed)."""
+        from ledger.ingest.common import strip_rank
+
+        return self.formats[name](strip_rank(line)[1])
+
+    def for_blocks(self) -> Template | None:
+        """The most used checked template with step numbers, to read whole blocks with."""
+        ready = [t for t in self.items if not t.dead and t.step_group is not None and t.uses >= CHECK_FIRST]
+        return max(ready, key=lambda t: t.uses, default=None)
+
+    def learn(self, name: str, line: str, parsed: Parsed) -> None:
+        if not self.enabled or sum(not t.dead for t in self.items) >= MAX_TEMPLATES:
+            return
+        template = build(name, line, parsed)
+        if template is not None:
+            self.items.append(template)
+
+
+__all__ = ["Template", "Templates", "agrees", "build"]

@@ -1,0 +1,108 @@
+"""What counts as a replicate: hyperparameters and unknown arguments are causes, the seed is noise."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+import calibration as cal
+import numpy as np
+import pytest
+
+from ledger.analyses.compare import CompareOptions, Ref, compare
+from ledger.store import index
+from ledger.store.layout import ARGUMENTS_FILE
+from ledger.store.receipts import Ledger
+from schemas.receipt import Optimizer
+
+
+def _publish(ledger_dir: Path, config: str, seed: int, *, lr: float | None = None,
+             arguments: dict[str, str] | None = None) -> str:
+    """A synthetic run through the SDK; ``lr`` as the SDK's optimizer.lr, ``arguments`` as a wrapper that
+    parsed the command line of a script that described nothing itself."""
+    s = cal.series(np.random.default_rng([seed, zlib.crc32(config.encode())]), config, seed)
+    original = cal.workload
+
+    def workload(series: cal.Series) -> Any:
+        w = original(series)
+        if arguments is not None:  # the script reported no workload: only its arguments are known
+            from schemas.receipt import Workload
+            return Workload()
+        return w.model_copy(update={"optimizer": Optimizer(name="adamw", lr=lr), "arguments": {}}) if lr else w
+
+    cal.workload = workload  # type: ignore[assignment]
+    try:
+        if arguments is None:
+            return cal.publish_run(ledger_dir, s, name=f"{config}-s{seed}")
+        return _publish_with_arguments(ledger_dir, s, arguments)
+    finally:
+        cal.workload = original  # type: ignore[assignment]
+
+
+def _publish_with_arguments(ledger_dir: Path, s: cal.Series, arguments: dict[str, str]) -> str:
+    import ledger.store.publish as publish_module
+
+    real = publish_module.publish
+
+    def publish(ledger: Any, run_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        (run_dir / ARGUMENTS_FILE).write_text(json.dumps(arguments))
+        return real(ledger, run_dir, *args, **kwargs)
+
+    publish_module.publish = publish  # type: ignore[assignment]
+    try:
+        return cal.publish_run(ledger_dir, s, name=f"{s.config}-s{s.seed}")
+    finally:
+        publish_module.publish = real  # type: ignore[assignment]
+
+
+def _compare(ledger_dir: Path, a: str, b: str) -> Any:
+    with index.reader(Ledger(ledger_dir)) as con:
+        return compare(con, Ref(a), Ref(b), CompareOptions(plugins=False))
+
+
+def test_a_learning_rate_reported_through_the_sdk_is_a_hyperparameter(tmp_path: Path) -> None:
+    d = tmp_path / "receipts"
+    _publish(d, "x", 0, lr=1e-3)
+    _publish(d, "x", 1, lr=1e-3)
+    _publish(d, "y", 0, lr=3e-3)
+    c = _compare(d, "x-s0", "y-s0")
+    assert c.diff.factors == ["hyperparameters"]
+    assert [ch.path for ch in c.diff.changed["hyperparameters"]] == ["workload.optimizer.lr"]
+    assert not c.same_config
+    assert c.replicates == {"A": [c.catalog.entries[c.a.ids[1]].id], "B": []}  # x-s1 is x-s0's replicate
+    assert c.catalog.entries[c.a.ids[1]].name == "x-s1"
+
+
+def test_unknown_command_line_arguments_are_a_cause_never_noise(tmp_path: Path) -> None:
+    d = tmp_path / "receipts"
+    _publish(d, "p", 0, arguments={"lr": "1e-3", "epochs": "3"})
+    _publish(d, "q", 0, arguments={"lr": "3e-3", "epochs": "3"})
+    c = _compare(d, "p-s0", "q-s0")
+    assert list(c.diff.changed) == ["arguments"]
+    (change,) = c.diff.changed["arguments"]
+    assert change.path == "workload.arguments" and change.a == {"lr": "1e-3", "epochs": "3"}
+    assert change.b == {"lr": "3e-3", "epochs": "3"}
+    assert not c.same_config and c.replicates == {"A": [], "B": []}
+    assert {r.verdict for r in c.metrics if r.name == "tokens/s per device"} == {"inconclusive"}
+
+
+@pytest.mark.parametrize("status", ["failed", "interrupted"])
+def test_runs_that_did_not_complete_are_not_replicates(tmp_path: Path, status: str) -> None:
+    from ledger.analyses import evidence
+    from ledger.analyses.groups import Catalog
+
+    d = tmp_path / "receipts"
+    first = _publish(d, "x", 0)
+    second = _publish(d, "x", 1)
+    with index.reader(Ledger(d)) as con:
+        catalog = Catalog.load(con)
+    assert evidence.replicates_of(catalog, first) == [second]
+    entry = catalog.entries[second]
+    catalog.entries[second] = entry.__class__(entry.id, entry.name, entry.tags, entry.started_at,
+                                              {**entry.data, "status": status}, entry.factors)
+    assert evidence.replicates_of(catalog, first) == []
+    catalog.entries[second] = entry.__class__(entry.id, entry.name, entry.tags, entry.started_at,
+                                              {**entry.data, "links": {"attempt_of": first}}, entry.factors)
+    assert evidence.replicates_of(catalog, first) == []

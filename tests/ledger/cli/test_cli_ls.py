@@ -1,0 +1,56 @@
+"""`ledger ls` and `show` at the widths people use: whole short ids, wrapped names, human units, and
+`--sort`, `--limit`, `--columns`; `--json` keeps every field."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+LONG = "a-rather-long-experiment-name-" + "x" * 40 + "-end"
+
+
+@pytest.fixture
+def runs(ledger_cli, workload):
+    """Two runs: 20 steps (final loss 4/20 = 0.2) under a long name, and 40 steps (0.1) named short."""
+    ledger_cli("record", "--name", LONG, "--", "python", str(workload(steps=20)), check=True)
+    ledger_cli("record", "--name", "short", "--", "python", str(workload(steps=40, name="t40.py")), check=True)
+    return json.loads(ledger_cli("ls", "--json").stdout)
+
+
+@pytest.mark.slow
+def test_ls_fits_the_terminal_sorts_and_shows_units(runs, ledger_cli) -> None:
+    for columns in (80, 100):
+        out = ledger_cli("ls", env={"COLUMNS": str(columns)}).stdout
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= columns
+        for r in runs:  # every short id whole
+            assert re.search(rf"(?<![0-9a-f]){r['id'][:8]}(?![0-9a-f])", out), (columns, r["id"][:8], out)
+        # the long name is wrapped over several lines, never cut with an ellipsis
+        assert "…" not in out
+        assert len([line for line in lines if "a-rather" in line or "xxxxx" in line or "-end" in line]) >= 2
+    out = ledger_cli("ls", "--columns", "name", env={"COLUMNS": "30"}).stdout
+    body = [line.strip() for line in out.splitlines()[2:] if line.strip() and "receipt(s)" not in line]
+    assert LONG in "".join(body)
+
+    best = json.loads(ledger_cli("ls", "--sort", "loss", "--limit", "1", "--json").stdout)
+    assert [r["name"] for r in best] == ["short"] and set(best[0]) == set(runs[0])  # --json keeps every field
+    worst = json.loads(ledger_cli("ls", "--sort", "loss", "--desc", "--json").stdout)
+    assert [r["name"] for r in worst] == [LONG, "short"]
+    out = ledger_cli("ls", "--columns", "id,tok/s,loss", env={"COLUMNS": "100"}).stdout
+    header = out.splitlines()[1].split()
+    assert header == ["id", "tok/s", "loss"]
+    assert "25.6k" in out  # the workload logs 25,600 tokens/s
+    shown = ledger_cli("show", "short", env={"COLUMNS": "100"}).stdout
+    assert "25.6k tok/s" in shown and re.search(r"\d(\.\d+)? [KMG]iB", shown)
+    assert not re.search(r"\b\d{7,}\b(?! B\))", shown)  # no raw byte counts but the exact one in parentheses
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--columns", "id,bogus"], "unknown column(s) 'bogus'"),
+    (["--sort", "bogus"], "cannot sort by 'bogus'"),
+])
+def test_bad_columns_and_sort_are_one_line(ledger_cli, args, message) -> None:
+    proc = ledger_cli("ls", *args)
+    assert proc.returncode == 2 and proc.stderr.startswith("Error: ") and message in proc.stderr

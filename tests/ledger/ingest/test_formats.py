@@ -1,0 +1,174 @@
+"""Conformance of the log formats of zero-code capture on real public excerpts (tests/fixtures/logs, sources
+in its README): steps, loss, lr and eval values as printed, and no step from a line that is not one."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import BadInput
+from ledger.ingest.formats import hf, lightning
+from ledger.ingest.formats.pattern import compile_pattern, line_format
+from ledger.ingest.formats.scan import MAX_LINE, LineCapture, rows_of
+
+LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+
+
+def scan(name: str) -> LineCapture:
+    capture = LineCapture()
+    capture.feed_file(LOGS / name)
+    return capture
+
+
+def test_nanogpt_iter_and_eval_lines() -> None:
+    best = scan("nanogpt.log").best()
+    assert best is not None and best.name == "nanogpt"
+    assert sorted(best.steps) == [0, 10, 20, 30, 40, 230, 240, 3000, 3010]
+    assert best.steps[10] == {"loss": 3.2202, "step_time_s": pytest.approx(0.89376), "mfu_pct": 16.68}
+    assert "mfu_pct" not in best.steps[0]  # nanoGPT's -100% placeholder: not measured yet
+    assert math.isnan(best.steps[3010]["loss"])
+    assert best.evals == [(250, "train", "loss", 1.5440), (250, "val", "loss", 1.7220),
+                          (3000, "train", "loss", 4.0390), (3000, "val", "loss", 4.0427)]
+
+
+def test_torchtitan_steps_once_per_step_and_no_step_from_other_lines() -> None:
+    capture = scan("torchtitan.log")
+    best = capture.best()
+    assert best is not None and best.name == "torchtitan"
+    assert sorted(best.steps) == [4, 5, 22, 23, 24, 200]  # "Dumping profiler traces at step 200" adds none
+    assert best.steps[4] == {"loss": 7.62585, "grad_norm": 26.625, "memory_bytes": 66.91 * 2**30, "tps": 10050,
+                             "tflops": 314.71, "mfu_pct": 13.99}  # the first of two ranks' lines
+    assert best.steps[200]["loss"] == 6.1384 and best.steps[200]["tps"] == 5856
+    assert capture.others() == [] and not best.unparsed
+
+
+def test_deepspeed_progress_and_throughput_lines() -> None:
+    capture = scan("deepspeed.log")
+    best = capture.best()
+    assert best is not None and best.name == "deepspeed"
+    assert sorted(best.steps) == [1, 100]  # step=0 is the engine's initial state
+    assert best.steps[100] == {"skipped_steps": 0, "lr": 0.001, "epoch": 0,
+                               "RunningAvgSamplesPerSec": 5720.511220447356,
+                               "CurrSamplesPerSec": 5370.427656850192, "memory_bytes": 0.12e9}
+    assert best.steps[1]["lr"] == 0.00029999999999267505
+    assert capture.others() == []  # OVERFLOW / Iteration: 90 reward lines are not steps of any format
+
+
+def test_hf_trainer_dict_lines_are_numbered_and_state_file_has_steps() -> None:
+    best = scan("hf_trainer.log").best()
+    assert best is not None and best.name == "hf-trainer" and best.ordinal
+    assert sorted(best.steps) == [1, 2, 3, 4]
+    assert best.steps[2] == {"loss": 0.0981, "grad_norm": 2.0199484401564374, "lr": 9.60561826557425e-05,
+                             "epoch": 0.4}
+    state = rows_of(hf.NAME, hf.parse_state(LOGS / "trainer_state.json"))
+    assert not state.ordinal and sorted(state.steps) == [50, 100]
+    assert state.steps[100]["loss"] == 1.3879 and state.steps[100]["lr"] == 1.5822784810126583e-05
+    assert sorted(state.evals) == [(50, "eval", "accuracy", 0.25503355264663696),
+                                   (50, "eval", "loss", 1.3863019943237305),
+                                   (100, "eval", "accuracy", 0.26366251707077026),
+                                   (100, "eval", "loss", 1.3862756490707397)]
+
+
+def test_open_instruct_lines() -> None:
+    best = scan("openinstruct.log").best()
+    assert best is not None and best.name == "open-instruct"
+    assert best.steps == {10: {"lr": 1.9e-05, "loss": 1.2345}, 20: {"lr": 1.6e-05, "loss": 1.1021, "tps": 4101.2},
+                          30: {"lr": 1.0e-05, "loss": 1.0533, "aux_loss": 0.0123}}
+
+
+def test_generic_key_value_lines_without_phantoms() -> None:
+    capture = scan("keyvalue.log")
+    best = capture.best()
+    assert best is not None and best.name == "key-value"
+    assert sorted(best.steps) == [1, 2, 10, 2300, 2400, 2700]  # not "Epoch 5/5", not step.make_ins_seg_labels
+    assert best.steps[2300] == {"loss": 0.3651, "imps": 26.6, "lr": 0.0343}  # no "Sep 17" from the date
+    assert best.steps[10]["loss"] == 1.871535 and best.steps[10]["lr"] == 0.000006
+    assert "eta" not in best.steps[10] and best.steps[10]["ips"] == 9.71838
+    assert best.steps[1] == {"loss": 10.2313}
+    capture = LineCapture()
+    capture.feed(b"step 100 loss 2.1 val_loss 2.3 eval/acc 0.5\nstep 200 val_loss 2.2\n")
+    capture.close()
+    best = capture.best()
+    assert best is not None and best.steps == {100: {"loss": 2.1}}
+    assert best.evals == [(100, "val", "loss", 2.3), (100, "eval", "acc", 0.5), (200, "val", "loss", 2.2)]
+
+
+@pytest.mark.parametrize("line", [
+    "Epoch 3/10", "saving checkpoint at step 1000", "Resuming from iteration 500", "step 10", "lr 0.001 loss 2.3",
+    " 42%|████▏     | 250/600 [01:02<01:27,  4.01it/s]", "Evaluating step 3 of 10 ...", "step 7 done in 1.2s",
+])
+def test_non_step_lines_make_no_step(line: str) -> None:
+    capture = LineCapture()
+    capture.feed(line.encode() + b"\n")
+    capture.close()
+    assert capture.best() is None
+
+
+def test_user_pattern_maps_named_groups() -> None:
+    fmt = line_format(compile_pattern(r"it=(?P<step>\d+) L=(?P<loss>\S+) acc=(?P<acc>\S+)"))
+    capture = LineCapture({"pattern": fmt}, hint=False)
+    capture.feed(b"it=5 L=2.5 acc=0.75\nnoise\nit=6 L=oops acc=1\n")
+    capture.close()
+    best = capture.best()
+    assert best is not None and best.steps == {5: {"loss": 2.5, "acc": 0.75}} and best.unparsed == [3]
+    with pytest.raises(BadInput, match="named group for the step"):
+        compile_pattern(r"loss (?P<loss>\S+)")
+    with pytest.raises(BadInput, match="not a valid regular expression"):
+        compile_pattern(r"step (?P<step>\d+")
+
+
+def test_line_of_any_length_is_skipped_in_bounded_memory() -> None:
+    capture = LineCapture()
+    chunk = b"x" * (1 << 20)
+    capture.feed(b"step 1 loss 2.0\n")
+    for _ in range(8):  # an 8 MiB line without a newline, fed in pieces
+        capture.feed(chunk)
+        assert len(capture._pending) <= MAX_LINE
+    capture.feed(b" step 9 loss 1.0\nstep 2 loss 1.5\n")
+    capture.close()
+    best = capture.best()
+    assert best is not None and sorted(best.steps) == [1, 2] and capture.long_lines == 1
+
+
+def test_lightning_metrics_csv(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,lr-AdamW,step,train_loss,val_acc,val_loss\n0,0.01,9,2.31,,\n0,0.01,19,2.02,,\n"
+                    "0,,19,,0.41,1.98\n1,0.005,29,1.75,,\n")
+    assert lightning.looks_like(path)
+    rows = rows_of(lightning.NAME, lightning.parse_csv(path))
+    assert rows.steps == {9: {"epoch": 0, "lr": 0.01, "loss": 2.31}, 19: {"epoch": 0, "lr": 0.01, "loss": 2.02},
+                          29: {"epoch": 1, "lr": 0.005, "loss": 1.75}}
+    assert sorted(rows.evals) == [(19, "val", "acc", 0.41), (19, "val", "loss", 1.98)]
+
+
+def _rows(capture: LineCapture) -> tuple[dict, list, list]:
+    best = capture.best()
+    assert best is not None
+    return best.steps, sorted(best.evals), best.unparsed
+
+
+def test_fast_path_reads_what_the_parsers_read() -> None:
+    lines = []
+    for step in range(1, 4001):
+        lines.append(f"[rank0]: step {step} loss {3 / step:.6f} lr {1e-3 * (step % 7):.3e} grad_norm {step % 13}.5")
+        if step % 50 == 0:
+            lines.append(f"step {step} loss nan lr 1e-3 grad_norm inf tokens 1,024")  # another shape
+            lines.append("Epoch done at step 3")
+        if step == 2000:
+            lines.append("x" * 100_000)  # an overlong line between blocks
+    data = ("\n".join(lines) + "\n").encode()
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), 70_001):  # chunks that cut lines
+            capture.feed(data[i:i + 70_001])
+        capture.close()
+    fast_steps, fast_evals, fast_bad = _rows(fast)
+    slow_steps, slow_evals, slow_bad = _rows(slow)
+    assert len(slow_steps) == 4000 and slow_steps[7] == {"loss": 0.428571, "lr": 0.0, "grad_norm": 7.5}
+    def norm(steps: dict) -> list:
+        return sorted((step, sorted((k, repr(v)) for k, v in row.items())) for step, row in steps.items())
+
+    assert norm(fast_steps) == norm(slow_steps) and fast_evals == slow_evals and fast_bad == slow_bad
+    assert any(t.uses > 1000 for t in fast.templates.items) and fast.lines == slow.lines == len(lines)

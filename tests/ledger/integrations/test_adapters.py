@@ -1,0 +1,127 @@
+"""A Hugging Face Trainer run and a Lightning run (tiny, randomly initialised, CPU, no downloads), each
+wrapped with `ledger record`: first with no change to the script, then with the one-line adapter. Expected
+values come from the frameworks' own files (trainer_state.json, CSVLogger's metrics.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from helpers import LedgerAt
+
+HF_SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+    data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))} for _ in range(16)]
+    args = TrainingArguments(output_dir="out", max_steps=6, logging_steps=2, eval_strategy="steps", eval_steps=3,
+                             save_strategy="no", report_to=[], use_cpu=True, per_device_train_batch_size=4,
+                             learning_rate=1e-3)
+    callbacks = []
+    if "--ledger" in sys.argv:
+        from ledger.integrations.hf import LedgerCallback
+        callbacks.append(LedgerCallback())
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4], callbacks=callbacks)
+    trainer.train()
+    trainer.save_state()
+""")
+
+PL_SCRIPT = textwrap.dedent("""
+    import sys
+    import lightning as L
+    import torch
+    from lightning.pytorch.loggers import CSVLogger
+    torch.manual_seed(0)
+
+    class Tiny(L.LightningModule):
+        def __init__(self, lr=0.05):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(4, 1)
+        def training_step(self, batch, i):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+        def validation_step(self, batch, i):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    x = torch.randn(32, 4); y = x.sum(1, keepdim=True)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4)
+    loggers = [CSVLogger("logs")]
+    if "--ledger" in sys.argv:
+        from ledger.integrations.lightning import LedgerLogger
+        loggers.append(LedgerLogger())
+    trainer = L.Trainer(max_steps=6, log_every_n_steps=1, val_check_interval=3, limit_val_batches=2,
+                        logger=loggers, enable_progress_bar=False, enable_checkpointing=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(Tiny(), loader, loader)
+""")
+
+
+def _tables(lg: LedgerAt, ref: str) -> tuple[dict, dict, dict]:
+    r = lg.json("show", ref)
+    d = lg.dir / r["id"]
+    return r, pq.read_table(d / "steps.parquet").to_pydict(), pq.read_table(d / "evals.parquet").to_pydict()
+
+
+@pytest.mark.slow
+def test_hf_trainer_with_no_change_and_with_the_callback(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(HF_SCRIPT)
+    lg = LedgerAt(tmp_path, timeout=600)
+    out = lg("record", "--name", "plain", "--", "python", "train.py")
+    assert ("captured 3 steps (loss, lr, grad_norm, epoch) from out/trainer_state.json [hf-trainer]; evals 2"
+            in out.stderr)
+    history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+    train = [h for h in history if "loss" in h]
+    _, steps, evals = _tables(lg, "plain")
+    assert steps["step"] == [h["step"] for h in train] == [2, 4, 6]
+    assert steps["loss"] == [h["loss"] for h in train] and steps["lr"] == [h["learning_rate"] for h in train]
+    assert evals["value"] == [h["eval_loss"] for h in history if "eval_loss" in h] and evals["step"] == [3, 6]
+
+    out = lg("record", "--name", "callback", "--", "python", "train.py", "--ledger")
+    assert "from the SDK" in out.stderr
+    history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+    r, steps, evals = _tables(lg, "callback")
+    assert steps["step"] == [1, 2, 3, 4, 5, 6] and all(t > 0 for t in steps["step_time_s"])
+    logged = {s: loss for s, loss in zip(steps["step"], steps["loss"], strict=True) if loss is not None}
+    assert logged == {h["step"]: h["loss"] for h in history if "loss" in h}
+    assert dict(zip(evals["step"], evals["value"], strict=True)) == {
+        h["step"]: h["eval_loss"] for h in history if "eval_loss" in h}
+    assert r["workload"]["optimizer"]["lr"] == 1e-3 and r["workload"]["batch"]["micro_batch"] == 4
+
+
+@pytest.mark.slow
+def test_lightning_with_no_change_and_with_the_logger(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(PL_SCRIPT)
+    lg = LedgerAt(tmp_path, timeout=600)
+    out = lg("record", "--name", "plain", "--", "python", "train.py")
+    assert "captured 6 steps (loss, epoch) from logs/lightning_logs/version_0/metrics.csv [lightning-csv]; evals 2" \
+        in out.stderr
+    with (tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    _, steps, evals = _tables(lg, "plain")
+    assert steps["step"] == [int(r["step"]) for r in rows if r["train_loss"]]
+    assert steps["loss"] == [float(r["train_loss"]) for r in rows if r["train_loss"]]
+    assert evals["value"] == [float(r["val_loss"]) for r in rows if r["val_loss"]]
+
+    out = lg("record", "--name", "logger", "--", "python", "train.py", "--ledger")
+    assert "from the SDK" in out.stderr
+    with (tmp_path / "logs" / "lightning_logs" / "version_1" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    r, steps, evals = _tables(lg, "logger")
+    assert steps["step"] == [int(r["step"]) for r in rows if r["train_loss"]]
+    assert steps["loss"] == [float(r["train_loss"]) for r in rows if r["train_loss"]]
+    assert list(zip(evals["step"], evals["split"], evals["value"], strict=True)) == [
+        (int(r["step"]), "val", float(r["val_loss"])) for r in rows if r["val_loss"]]
+    assert r["workload"]["optimizer"]["lr"] == 0.05
