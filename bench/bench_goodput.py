@@ -33,8 +33,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ledger.analyses.gates import load_pricing, run_gates
-from ledger.analyses.goodput import goodput_of_run
+from ledger.analyses.gates import run_gates
+from ledger.analyses.goodput_index import goodput_of_run
+from ledger.analyses.pricing import load_pricing
 from ledger.store.attempts import LogicalRun
 from schemas import Receipt
 from schemas.receipt import Hardware, Links, Parallelism, QualityGate, Stack, Task, Workload

@@ -39,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ledger.mfu import model_flops_per_token
 from ledger.store.layout import (
     ENV_RUN_DIR,
     RUNTIME_FILE,
@@ -551,6 +552,15 @@ def current() -> Run | NullRun:
         return _current
 
 
+def set_current(run: Run | NullRun | None) -> Run | NullRun | None:
+    """Make ``run`` what :func:`current` returns in this process (None: decide again from the environment);
+    returns the previous one. Used by :func:`ledger.record.inprocess.recording` (recording from Python)."""
+    global _current
+    with _current_lock:
+        previous, _current = _current, run
+        return previous
+
+
 def _reset_for_tests() -> None:
     """Forget the process's run (tests only)."""
     global _current
@@ -560,4 +570,4 @@ def _reset_for_tests() -> None:
         _current = None
 
 
-__all__ = ["NullRun", "Run", "current", "runtime_facts"]
+__all__ = ["NullRun", "Run", "current", "model_flops_per_token", "runtime_facts", "set_current"]

@@ -5,15 +5,18 @@ where it is used). One module per concept.
 
 Goodput and quality gates:
 
-    goodput      goodput and badput buckets of a logical run (all attempts), and its timeline
-    km           Kaplan-Meier summaries of costs where some runs never reached a gate (censored)
-    gates        time, GPU-hours, energy and money to reach each quality gate
+    goodput        goodput and badput buckets of a logical run (all attempts): the figures and their computation
+    goodput_index  a logical run's tables read from the index, handed to ``goodput.compute``
+    km             Kaplan-Meier summaries of costs where some runs never reached a gate (censored)
+    gate_spec      which gates: the task's declared gates or an ad-hoc spec (``val/loss<=2.6``), their series
+    pricing        prices per device-hour (flag or ``ledger.toml``) and the devices an attempt held
+    gates          time, GPU-hours, energy and money to reach each quality gate (renderings: ``report.goodput``)
 
 Compare and attribution (``ledger compare``, ``ledger report``):
 
     stats        rank tests (Mann-Whitney, Wilcoxon signed-rank), exact bootstrap of quantiles, bootstrap of
                  means, pooled t-test, MAD outlier filter, spike detection
-    peaks        peak FLOP/s per device and precision (for MFU), and which peak was used
+    peaks        the names ``metrics`` imports for MFU; the peak table itself is :mod:`ledger.mfu`
     diff         the factor diff of two receipts; the task check
     series       a run's metric tables as numpy columns (RunData), loaded from the index
     matched      curves interpolated at common token counts or wall times
@@ -29,6 +32,7 @@ module-level ``HEADLINES`` (a list of :class:`ledger.analyses.attribution.Headli
 metric that attribution splits over factors (e.g. time to a quality gate). See
 :func:`ledger.analyses.metrics.providers` and :func:`ledger.analyses.attribution.headlines`.
 
-May import: ``schemas``, ``ledger.errors``, ``ledger.store``, ``ledger.record`` (telemetry facts), ``ledger.ingest``.
+May import: ``schemas``, the core (``ledger.errors``, ``ledger.kv``, ``ledger.mfu``...), ``ledger.store``,
+``ledger.record`` (telemetry facts), ``ledger.ingest``.
 Never ``replay``, ``planning``, ``report`` or ``cli``.
 """

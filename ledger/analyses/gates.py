@@ -18,185 +18,43 @@ wall time. An imported MLPerf receipt is measured the same way from its evals; i
   otherwise ``None`` and "not measured". An attempt without energy samples makes the whole figure "not
   measured": a partial sum would look like a measurement.
 - **Money**: device-hours times a price per device-hour, from ``--price-per-device-hour`` or a TOML file
-  (``ledger.toml``; see :func:`load_pricing`); without a price, no money figure.
+  (``ledger.toml``; see :func:`ledger.analyses.pricing.load_pricing`); without a price, no money figure.
 - **Not reached**: the run is right-censored at its total cost and shown as ``not reached (>= cost)``.
   Group summaries keep such runs: the fraction that reached the gate, and Kaplan-Meier medians
   (:mod:`ledger.analyses.km`).
 - **Cost per useful checkpoint**: the run's total cost divided by its completed checkpoints whose state
   survives (not computed again by a later attempt).
+
+Which gates (the task's, or an ad-hoc spec) is :mod:`ledger.analyses.gate_spec`; prices and the devices an
+attempt held are :mod:`ledger.analyses.pricing`; the tables are rendered by :mod:`ledger.report.goodput`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger.analyses.goodput import Goodput, MetricRow
+from ledger.analyses.gate_spec import gate_label, logged_series, select_gates, series_key, series_mask
+from ledger.analyses.goodput import Goodput
 from ledger.analyses.km import KMSummary, kaplan_meier
+from ledger.analyses.pricing import Pricing, devices_of
 from ledger.errors import BadInput
 from schemas import Receipt
 from schemas.receipt import QualityGate, Task
 
+if TYPE_CHECKING:
+    import duckdb
+
+    from ledger.store.attempts import LogicalRun
+    from ledger.store.receipts import Ledger
+
 NOT_MEASURED = "not measured"
-CONFIG_FILE = "ledger.toml"
-"""Looked for in the working directory when no --config is given."""
-
-_SPEC = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.:/-]+)\s*(?P<op><=|>=)\s*(?P<x>[-+0-9.eE]+|nan|inf)\s*$")
-
-
-# ------------------------------------------------------------------------------------------ pricing
-@dataclass(frozen=True)
-class Pricing:
-    """Prices per device-hour by device model ("default" for any other)."""
-
-    prices: dict[str, float]
-    currency: str = "USD"
-    source: str = ""
-    """Where the prices came from: the flag or the file."""
-
-    def price(self, model: str) -> float | None:
-        if model in self.prices:
-            return self.prices[model]
-        return self.prices.get("default")
-
-
-def load_pricing(path: Path | None = None, per_device_hour: float | None = None) -> Pricing | None:
-    """Prices from the flag (one price for every device model), else the TOML file at ``path``, else
-    ``./ledger.toml`` when it exists, else None. The file::
-
-        currency = "USD"            # optional; shown next to money figures
-
-        [prices]                    # per device-hour, by device model as receipts name it
-        "NVIDIA H200" = 3.50        # (stack.hardware.gpu_model)
-        "NVIDIA H100 80GB HBM3" = 2.40
-        cpu = 0.05                  # runs on CPU (per rank-hour)
-        default = 2.00              # any other model
-
-    Raises :class:`BadInput` for a missing or malformed file or a negative price."""
-    import tomllib
-
-    if per_device_hour is not None:
-        if not math.isfinite(per_device_hour) or per_device_hour < 0:
-            raise BadInput(f"--price-per-device-hour must be a number >= 0, got {per_device_hour}")
-        return Pricing({"default": float(per_device_hour)}, "USD", "--price-per-device-hour")
-    if path is None:
-        if not Path(CONFIG_FILE).is_file():
-            return None
-        path = Path(CONFIG_FILE)
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise BadInput(f"--config {path}: no such file") from exc
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"{path}: not valid TOML ({exc})") from exc
-    prices = data.get("prices")
-    if not isinstance(prices, dict) or not prices:
-        raise BadInput(f'{path}: expected a [prices] table, e.g. [prices] "NVIDIA H200" = 3.5')
-    out: dict[str, float] = {}
-    for model, value in prices.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise BadInput(f"{path}: price of {model!r} must be a number >= 0 per device-hour, got {value!r}")
-        out[str(model)] = float(value)
-    currency = data.get("currency", "USD")
-    if not isinstance(currency, str):
-        raise BadInput(f"{path}: currency must be a string, e.g. \"USD\"")
-    return Pricing(out, currency, str(path))
-
-
-# ------------------------------------------------------------------------------------------ devices
-def devices_of(r: Receipt) -> tuple[int, str]:
-    """(devices held, device model) of one attempt; the model names the price ("cpu" for CPU runs)."""
-    hw, kind = r.stack.hardware, r.workload.device
-    on_gpu = kind == "cuda" or (kind is None and hw.gpu_count > 0)
-    count = r.workload.parallelism.world_size or r.stack.launcher.world_size
-    if not count and on_gpu and hw.gpu_count:
-        count = hw.gpu_count * (r.stack.launcher.nodes or 1)
-    model = (hw.gpu_model or "unknown GPU") if on_gpu else "cpu"
-    return int(count or 1), model
-
-
-# ------------------------------------------------------------------------------------------- gates
-def series_key(split: str | None, source: str | None, metric: str) -> str:
-    """The eval series name as receipts' summaries spell it: split/source/metric ("all" for none)."""
-    return "/".join(x if x is not None else "all" for x in (split, source, metric))
-
-
-def gate_label(g: QualityGate) -> str:
-    op = "<=" if g.direction == "min" else ">="
-    return f"{series_key(g.split, g.source, g.metric)} {op} {g.threshold:g}"
-
-
-def parse_gate(spec: str) -> QualityGate:
-    """An ad-hoc gate: ``[split/][source/]metric<=X`` (min) or ``...>=X`` (max); "all" as the source
-    means the whole split. E.g. ``val/loss<=2.6``, ``val/arith/loss<=2.2``, ``eval_accuracy>=0.9``."""
-    m = _SPEC.match(spec)
-    if not m:
-        raise BadInput(f"--gate {spec!r}: not a gate name of the task nor a spec like 'val/loss<=2.6'")
-    parts = m["lhs"].split("/")
-    if len(parts) > 3 or not all(parts):
-        raise BadInput(f"--gate {spec!r}: the left side is [split/][source/]metric")
-    split = parts[0] if len(parts) >= 2 else None
-    source = parts[1] if len(parts) == 3 and parts[1] != "all" else None
-    try:
-        threshold = float(m["x"])
-    except ValueError as exc:
-        raise BadInput(f"--gate {spec!r}: {m['x']!r} is not a number") from exc
-    if not math.isfinite(threshold):
-        raise BadInput(f"--gate {spec!r}: the threshold must be finite")
-    return QualityGate(
-        name=spec.replace(" ", ""),
-        metric=parts[-1],
-        threshold=threshold,
-        direction="min" if m["op"] == "<=" else "max",
-        split=split,
-        source=source,
-    )
-
-
-def select_gates(task: Task, spec: str | None) -> list[QualityGate]:
-    """The task's gates, or the one named by ``spec``, or the ad-hoc gate ``spec`` describes."""
-    declared = list(task.quality_gates)
-    if spec is None:
-        if not declared:
-            raise BadInput("the task declares no quality gates; give one with --gate, e.g. --gate 'val/loss<=2.6'")
-        return declared
-    for g in declared:
-        if g.name == spec:
-            return [g]
-    if "<=" in spec or ">=" in spec:
-        return [parse_gate(spec)]
-    names = ", ".join(g.name for g in declared) or "none"
-    raise BadInput(f"no quality gate named {spec!r}; the task declares: {names} (or give a spec like 'val/loss<=2.6')")
-
-
-def _series_mask(evals: pa.Table, g: QualityGate) -> np.ndarray:
-    if evals.num_rows == 0:
-        return np.zeros(0, bool)
-    mask = pc.equal(evals.column("metric"), g.metric)
-    if g.split is not None:
-        mask = pc.and_(mask, pc.equal(evals.column("split"), g.split))
-    source = evals.column("source")
-    mask = pc.and_(mask, pc.is_null(source) if g.source is None else pc.equal(source, g.source))
-    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def logged_series(evals: pa.Table) -> list[str]:
-    """The eval series a table holds, as split/source/metric."""
-    if evals.num_rows == 0:
-        return []
-    seen = set()
-    for split, source, metric in zip(*(evals.column(c).to_pylist() for c in ("split", "source", "metric")),
-                                     strict=True):
-        seen.add(series_key(split, source, metric))
-    return sorted(seen)
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -427,7 +285,7 @@ def gate_result(
     if evals.num_rows:
         evals = evals.filter(pc.is_in(evals.column("receipt_id"), value_set=pa.array(ids, pa.string())))
     notes: list[str] = []
-    mask = _series_mask(evals, gate)
+    mask = series_mask(evals, gate)
     if evals.num_rows and not mask.any():
         raise BadInput(
             f"run {good.name or good.run_id[:12]} never logged the eval series of gate {gate.name!r} "
@@ -652,6 +510,10 @@ class RunGates:
     cost: RunCost
     notes: list[str] = field(default_factory=list)
 
+    def to_json(self) -> dict[str, Any]:
+        """``ledger gate REF --json``."""
+        return self.to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.good.run_id,
@@ -671,6 +533,10 @@ class GroupGates:
     runs: list[RunGates]
     summaries: list[GateSummary]
 
+    def to_json(self) -> dict[str, Any]:
+        """``ledger gate --group TAG=VALUE --json``."""
+        return self.to_dict()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "group": self.tag,
@@ -679,7 +545,7 @@ class GroupGates:
         }
 
 
-def _telemetry(con: Any, ids: Sequence[str]) -> pa.Table:
+def _telemetry(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> pa.Table:
     marks = ", ".join("?" for _ in ids)
     table: pa.Table = con.sql(
         f"SELECT receipt_id, rank, time, node, device, power_w, energy_j FROM telemetry "
@@ -689,7 +555,7 @@ def _telemetry(con: Any, ids: Sequence[str]) -> pa.Table:
     return table
 
 
-def _evals(con: Any, ids: Sequence[str]) -> pa.Table:
+def _evals(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> pa.Table:
     marks = ", ".join("?" for _ in ids)
     table: pa.Table = con.sql(
         f"SELECT receipt_id, rank, step, time, tokens, split, source, metric, value FROM evals "
@@ -700,8 +566,8 @@ def _evals(con: Any, ids: Sequence[str]) -> pa.Table:
 
 
 def run_gates(
-    con: Any,
-    run: Any,
+    con: duckdb.DuckDBPyConnection,
+    run: LogicalRun,
     spec: str | None = None,
     pricing: Pricing | None = None,
     gates: list[QualityGate] | None = None,
@@ -709,7 +575,7 @@ def run_gates(
 ) -> RunGates:
     """A :class:`ledger.store.attempts.LogicalRun` against ``gates`` (default: the task's, or ``spec``), from an
     index connection; ``good`` is the run's goodput when the caller has it already."""
-    from ledger.analyses.goodput import goodput_of_run
+    from ledger.analyses.goodput_index import goodput_of_run
 
     good = good if good is not None else goodput_of_run(con, run, bins=1)
     evals, telemetry = _evals(con, run.ids), _telemetry(con, run.ids)
@@ -724,7 +590,7 @@ def run_gates(
     return RunGates(good=good, results=results, cost=run_cost(run.attempts, good, telemetry, pricing), notes=notes)
 
 
-def gate_report(ledger: Any, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
+def gate_report(ledger: Ledger, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
     """One logical run (any attempt's ref) against the task's gates (or ``spec``)."""
     from ledger.store import index
     from ledger.store.attempts import load_run
@@ -734,16 +600,15 @@ def gate_report(ledger: Any, ref: str, spec: str | None = None, pricing: Pricing
         return run_gates(con, run, spec, pricing, None)
 
 
-def group_runs(con: Any, tag: str) -> list[Any]:
+def group_runs(con: duckdb.DuckDBPyConnection, tag: str) -> list[LogicalRun]:
     """The logical runs with an attempt tagged KEY=VALUE, oldest first."""
     import json
 
+    from ledger.kv import pair
     from ledger.store.attempts import run_of
 
-    key, sep, value = tag.partition("=")
-    if not sep or not key:
-        raise BadInput(f"--group {tag!r}: expected TAG=VALUE, e.g. --group sweep=seeds")
-    roots: dict[str, Any] = {}
+    key, value = pair(tag, "--group", example="--group sweep=seeds")
+    roots: dict[str, str] = {}
     for rid, root, tags, _started in con.execute(
         "SELECT id, coalesce(attempt_of, id), tags, started_at FROM receipts ORDER BY started_at"
     ).fetchall():
@@ -754,7 +619,7 @@ def group_runs(con: Any, tag: str) -> list[Any]:
     return [run_of(con, str(rid)) for rid in roots.values()]
 
 
-def group_report(ledger: Any, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
+def group_report(ledger: Ledger, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
     """Every logical run tagged ``TAG=VALUE`` against the task's gates (or ``spec``), summarised with
     censoring. Raises :class:`BadInput` when the runs train different tasks."""
     from ledger.store import index
@@ -773,32 +638,6 @@ def group_report(ledger: Any, tag: str, spec: str | None = None, pricing: Pricin
         out = [run_gates(con, run, spec, pricing, gates) for run in runs]
     summaries = [summarise(g, [r.results[i] for r in out]) for i, g in enumerate(gates)]
     return GroupGates(tag=tag, runs=out, summaries=summaries)
-
-
-# ---------------------------------------------------------------------------------------- compare
-def gate_metrics(con: Any, receipt_id: str, pricing: Pricing | None = None) -> list[MetricRow]:
-    """Metric provider for ``ledger compare``: per gate of the task, the wall time, device-hours, energy
-    and money to reach it (censored rows carry the run's total cost and ``censored=True``)."""
-    from ledger.store.attempts import run_of
-
-    run = run_of(con, receipt_id)
-    if not run.task.quality_gates:
-        return []
-    report = run_gates(con, run, None, pricing, list(run.task.quality_gates))
-    rows: list[MetricRow] = []
-    for r in report.results:
-        note = None if r.reached else "not reached: the run's total cost (a lower bound)"
-        rows += [
-            MetricRow(f"time_to_gate.{r.gate.name}.wall_s", r.cost.wall_s, "s", "lower", r.censored, note),
-            MetricRow(f"time_to_gate.{r.gate.name}.device_hours", r.cost.device_hours, "device-h", "lower",
-                      r.censored, note),
-            MetricRow(f"time_to_gate.{r.gate.name}.energy_j", r.cost.energy_j, "J", "lower", r.censored,
-                      note if r.cost.energy_j is not None else NOT_MEASURED),
-        ]
-        if r.cost.money is not None:
-            rows.append(MetricRow(f"time_to_gate.{r.gate.name}.money", r.cost.money, r.cost.currency or "",
-                                  "lower", r.censored, note))
-    return rows
 
 
 # ------------------------------------------------------------------------------------------- text
@@ -828,21 +667,14 @@ __all__ = [
     "GateSummary",
     "GroupGates",
     "Interpolated",
-    "Pricing",
     "RunCost",
     "RunGates",
-    "devices_of",
-    "gate_metrics",
     "gate_report",
     "gate_result",
     "group_report",
     "group_runs",
     "human",
-    "load_pricing",
-    "parse_gate",
     "run_cost",
     "run_gates",
-    "select_gates",
-    "series_key",
     "summarise",
 ]

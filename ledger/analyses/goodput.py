@@ -1,4 +1,4 @@
-"""Goodput and badput of a logical run (all its attempts), and its timeline as an inline SVG.
+"""Goodput and badput of a logical run (all its attempts): the figures and how they are computed.
 
 Definitions (DESIGN.md):
 
@@ -34,16 +34,18 @@ Steps: only the lowest rank that logged steps in an attempt is read (others woul
 steps). A logged row that stands for several steps (``log_every`` > 1) covers them all with its own
 step time, and the result says so. Events out of time order are reported in ``problems``, never
 reordered; a pair whose end precedes its start is left out of the buckets.
+
+Reading a run from the index is :mod:`ledger.analyses.goodput_index`; the timeline picture and the tables
+are drawn by :mod:`ledger.report.goodput`.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -181,6 +183,10 @@ class Goodput:
     def shares(self) -> dict[str, float]:
         """Each bucket as a share of the wall time."""
         return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.buckets.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready figures (``ledger goodput --json``; no timeline arrays)."""
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready figures (no timeline arrays)."""
@@ -791,224 +797,14 @@ def _data_phases(
     return out
 
 
-# --------------------------------------------------------------------------------------- the index
-STEP_COLUMNS = ("receipt_id", "rank", "step", "time", "step_time_s", "tokens", "skipped")
-EVENT_COLUMNS = ("receipt_id", "rank", "time", "kind", "step", "detail")
+def __getattr__(name: str) -> Any:
+    """``goodput_of_run``, ``goodput`` and ``load_tables`` moved to :mod:`ledger.analyses.goodput_index`;
+    kept reachable here for :mod:`ledger.planning.observations` until it imports them from there."""
+    if name in ("goodput", "goodput_of_run", "load_tables"):
+        from ledger.analyses import goodput_index
+
+        return getattr(goodput_index, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _marks(ids: Sequence[str]) -> str:
-    return ", ".join("?" for _ in ids)
-
-
-def load_tables(con: Any, ids: Sequence[str]) -> dict[str, pa.Table]:
-    """The steps, events (in recorded order) and data-loading timing rows of some receipts."""
-    marks = _marks(ids)
-    steps = con.sql(
-        f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE receipt_id IN ({marks})", params=list(ids)
-    ).to_arrow_table()
-    events = con.sql(
-        f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE receipt_id IN ({marks}) ORDER BY rowid",
-        params=list(ids),
-    ).to_arrow_table()
-    phases = ", ".join("?" for _ in DATA_PHASES)
-    timing = con.sql(
-        f"SELECT receipt_id, rank, step, phase, seconds FROM timing WHERE receipt_id IN ({marks}) "
-        f"AND phase IN ({phases})",
-        params=[*ids, *DATA_PHASES],
-    ).to_arrow_table()
-    return {"steps": steps, "events": events, "timing": timing}
-
-
-def goodput_of_run(con: Any, run: Any, *, bins: int = TIMELINE_BINS) -> Goodput:
-    """Goodput of a :class:`ledger.store.attempts.LogicalRun` from the index."""
-    tables = load_tables(con, run.ids)
-    return compute(run.attempts, tables["steps"], tables["events"], tables["timing"], bins=bins)
-
-
-def goodput(ledger: Any, ref: str) -> Goodput:
-    """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
-    from ledger.store import index
-    from ledger.store.attempts import load_run
-
-    with index.reader(ledger) as con:
-        run = load_run(con, ref)
-        return goodput_of_run(con, run)
-
-
-# ---------------------------------------------------------------------------------------- compare
-@dataclass(frozen=True)
-class MetricRow:
-    """One figure for ``ledger compare``: a value, its unit and which way is better."""
-
-    name: str
-    value: float | None
-    unit: str
-    better: Literal["higher", "lower"]
-    censored: bool = False
-    """The value is a lower bound (a gate not reached: the run's total cost)."""
-    note: str | None = None
-
-
-def goodput_metrics(con: Any, receipt_id: str) -> list[MetricRow]:
-    """Metric provider for ``ledger compare``: the goodput figures of a receipt's logical run."""
-    from ledger.store.attempts import run_of
-
-    g = goodput_of_run(con, run_of(con, receipt_id), bins=1)
-    rows = [
-        MetricRow("goodput", g.goodput, "ratio", "higher"),
-        MetricRow("token_goodput", g.token_goodput, "ratio", "higher"),
-        MetricRow("steady_step_time_s", g.steady_step_time_s, "s", "lower"),
-        MetricRow("wall_s", g.wall_s, "s", "lower"),
-        MetricRow("attempts", float(len(g.attempts)), "count", "lower"),
-    ]
-    rows += [MetricRow(f"badput.{k}_s", v, "s", "lower") for k, v in g.buckets.items()]
-    return rows
-
-
-# ------------------------------------------------------------------------------------------ timeline
-COLOURS = {
-    "productive": "#2e7d32",
-    "progress_lost": "#c62828",
-    "startup": "#6a1b9a",
-    "checkpoint_restore": "#ef6c00",
-    "checkpoint_save": "#f9a825",
-    "eval": "#1565c0",
-    "data_loading": "#00838f",
-    "downtime": "#9e9e9e",
-    "other": "#e0e0e0",
-}
-_STATUS_COLOURS = {"succeeded": "#c8e6c9", "failed": "#ffcdd2", "interrupted": "#ffe0b2", "imported": "#e1f5fe"}
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 7200:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.3g} s"
-
-
-def _tick_step(span: float, count: int = 5) -> float:
-    """A 1-2-5 step (x a power of ten) giving about ``count`` ticks over ``span``."""
-    raw = span / max(1, count)
-    mag = 10 ** math.floor(math.log10(raw))
-    return float(min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs(math.log(span / st / count))))
-
-
-def timeline_svg(g: Goodput, width: int = 960, span_s: float | None = None) -> str:
-    """The run's timeline as one self-contained inline ``<svg>`` element: a lane of attempts (coloured
-    by status, downtime between them), a lane of step activity (productive and lost step time per
-    time bin) and a lane of badput (start-up, restore, save, eval, data loading, downtime), with a time
-    axis (ticks at 1-2-5 steps) and a legend; every shape has a ``<title>`` tooltip. No scripts, styles or
-    external links. ``span_s``: the axis length, at least the run's wall time (timelines drawn one above
-    the other share it, so equal widths are equal times)."""
-    left, right, lane, gap = 90, 20, 26, 10
-    top = 10
-    plot_w = max(100, width - left - right)
-    wall = max(g.wall_s, span_s or 0.0)
-    wall = wall if wall > 0 else 1.0
-
-    def x(seconds: float) -> float:
-        return left + plot_w * min(max(seconds / wall, 0.0), 1.0)
-
-    rows_y = [top + i * (lane + gap) for i in range(3)]
-    axis_y = rows_y[-1] + lane + 6
-    legend_y = axis_y + 30
-    # legend entries flow left to right and wrap onto another row rather than run off the right edge
-    legend: list[tuple[float, float, str, str]] = []
-    lx: float = left
-    ly: float = legend_y
-    shares = g.shares()
-    for key in ("productive", *BUCKETS):
-        value = g.goodput if key == "productive" else shares.get(key, 0.0)
-        label = f"{key.replace('_', ' ')} {_pct(value)}"
-        entry_w = 14 + 6.5 * len(label) + 12
-        if lx > left and lx + entry_w > width - right:
-            lx, ly = left, ly + 18
-        legend.append((lx, ly, key, label))
-        lx += entry_w
-    height = int(ly) + 22
-    e = html.escape
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img" '
-        f'aria-label="{e(f"timeline of run {g.name or g.run_id[:12]}")}">',
-        f"<title>{e(f'{g.name or g.run_id[:12]}: goodput {_pct(g.goodput)} over {_fmt_s(g.wall_s)}')}</title>",
-    ]
-    for label, y in zip(("attempts", "steps", "badput"), rows_y, strict=True):
-        out.append(f'<text x="{left - 6}" y="{y + lane / 2 + 4:.1f}" text-anchor="end">{label}</text>')
-        out.append(f'<rect x="{left}" y="{y}" width="{plot_w}" height="{lane}" fill="#fafafa" stroke="#ddd"/>')
-    # attempts
-    y = rows_y[0]
-    for a in g.attempts:
-        x0, x1 = x(a.start_s), x(a.end_s)
-        tip = (f"attempt {a.attempt} ({a.id[:12]}), {a.status}: {_fmt_s(a.start_s)} to {_fmt_s(a.end_s)}, "
-               f"steps {a.first_step}-{a.last_step}, {a.steps_lost} recomputed later")
-        out.append(f'<rect x="{x0:.2f}" y="{y}" width="{max(x1 - x0, 0.5):.2f}" height="{lane}" '
-                   f'fill="{_STATUS_COLOURS.get(a.status, "#eee")}" stroke="#555"><title>{e(tip)}</title></rect>')
-        if x1 - x0 > 24:
-            out.append(f'<text x="{x0 + 4:.2f}" y="{y + lane / 2 + 4:.1f}">#{a.attempt}</text>')
-    # steps
-    y = rows_y[1]
-    edges = g.bin_edges_s
-    for i in range(len(edges) - 1):
-        span = edges[i + 1] - edges[i]
-        if span <= 0:
-            continue
-        prod, lost = g.bin_productive_s[i], g.bin_lost_s[i]
-        x0, x1 = x(edges[i]), x(edges[i + 1])
-        h_p = lane * min(prod / span, 1.0)
-        h_l = lane * min(lost / span, 1.0 - min(prod / span, 1.0))
-        if h_p > 0:
-            out.append(f'<rect x="{x0:.2f}" y="{y + lane - h_p:.2f}" width="{x1 - x0:.2f}" height="{h_p:.2f}" '
-                       f'fill="{COLOURS["productive"]}"><title>{e(_fmt_s(edges[i]))}: productive '
-                       f'{_fmt_s(prod)}</title></rect>')
-        if h_l > 0:
-            out.append(f'<rect x="{x0:.2f}" y="{y + lane - h_p - h_l:.2f}" width="{x1 - x0:.2f}" '
-                       f'height="{h_l:.2f}" fill="{COLOURS["progress_lost"]}"><title>{e(_fmt_s(edges[i]))}: '
-                       f'lost (recomputed later) {_fmt_s(lost)}</title></rect>')
-    # badput segments, merged below a pixel
-    y = rows_y[2]
-    merged: list[list[Any]] = []
-    for s in g.segments:
-        x0, x1 = x(s.start_s), x(s.end_s)
-        if merged and merged[-1][2] == s.bucket and x0 - merged[-1][1] < 1.0:
-            merged[-1][1] = x1
-            merged[-1][3] += s.end_s - s.start_s
-        else:
-            merged.append([x0, x1, s.bucket, s.end_s - s.start_s, s.start_s])
-    for x0, x1, bucket, seconds, at in merged:
-        tip = f"{bucket.replace('_', ' ')} at {_fmt_s(at)}: {_fmt_s(seconds)}"
-        out.append(f'<rect x="{x0:.2f}" y="{y}" width="{max(x1 - x0, 0.5):.2f}" height="{lane}" '
-                   f'fill="{COLOURS[bucket]}"><title>{e(tip)}</title></rect>')
-    # axis
-    out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#333"/>')
-    step = _tick_step(wall)
-    for k in range(int(wall / step * (1 + 1e-9)) + 1):
-        sec = k * step
-        out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
-        out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_fmt_s(sec))}</text>')
-    for lx, ly, key, label in legend:
-        out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{COLOURS[key]}"/>')
-        out.append(f'<text x="{lx + 14}" y="{ly + 9}">{e(label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-__all__ = [
-    "BUCKETS",
-    "AttemptSpan",
-    "Goodput",
-    "MetricRow",
-    "Segment",
-    "compute",
-    "goodput",
-    "goodput_metrics",
-    "goodput_of_run",
-    "load_tables",
-    "timeline_svg",
-]
+__all__ = ["BUCKETS", "DATA_PHASES", "PAIRS", "TIMELINE_BINS", "AttemptSpan", "Goodput", "Segment", "compute"]

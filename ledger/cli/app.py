@@ -47,13 +47,13 @@ class _NoPandas:
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name == "pandas" or name.startswith("pandas."):
-            raise ImportError("pandas is not used by the ledger wrapper")
+            raise ImportError("pandas is not used by the ledger command line")
 
 
 def _keep_pandas_out() -> None:
-    """The wrapper never needs pandas, but pyarrow imports it (about 0.4 s) on the first array it builds
-    when it is installed, which would double `ledger record`'s overhead. The training child, a separate
-    process, is not affected."""
+    """No command needs pandas, but pyarrow imports it (0.4-0.6 s) on the first array it builds when it is
+    installed (the `bench` extra installs it), which would double `ledger record`'s overhead and `ledger
+    ls`'s time. Processes the CLI launches (the training child) are not affected; nor is the Python API."""
     if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoPandas())
 
@@ -120,8 +120,6 @@ def record(
     from ledger.record.wrapper import RecordOptions
     from ledger.record.wrapper import record as run_record
     from ledger.store.links import resolve_links
-
-    _keep_pandas_out()
 
     ledger = ledger_from(ctx, ledger_path)
     if not command:
@@ -298,7 +296,8 @@ _register_plugins()
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
+    _keep_pandas_out()
     cli(prog_name="ledger")
 
 

@@ -1,4 +1,6 @@
-"""Shared pieces of the CLI for ledger/cli.py and the command modules in ledger/commands/."""
+"""Shared pieces of the CLI for ledger/cli/app.py and the command modules in ledger/cli/commands/.
+
+Imports only click and the standard library at module level: `ledger --help` must start fast."""
 
 from __future__ import annotations
 
@@ -6,12 +8,15 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ledger.store.layout import ledger_dir
-from ledger.store.receipts import Ledger
+
+if TYPE_CHECKING:  # the store loads pydantic and the schemas: not before a command runs
+    from ledger import api
+    from ledger.store.receipts import Ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,7 +34,16 @@ def ledger_option(f: F) -> F:
 
 def ledger_from(ctx: click.Context, path: Path | None) -> Ledger:
     """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts."""
+    from ledger.store.receipts import Ledger
+
     return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
+
+
+def facade_from(ctx: click.Context, path: Path | None) -> api.Ledger:
+    """The Python API's :class:`ledger.api.Ledger` for the command's ledger (see :func:`ledger_from`)."""
+    from ledger.api import Ledger as Facade
+
+    return Facade(ledger_from(ctx, path).root)
 
 
 def _json_default(value: Any) -> Any:
@@ -45,12 +59,6 @@ def echo_json(data: Any) -> None:
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     """``--tag K=V`` options as a mapping; a malformed one is bad input."""
-    from ledger.errors import BadInput
+    from ledger.kv import pairs
 
-    tags = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise BadInput(f"--tag {value!r}: expected KEY=VALUE, e.g. --tag sweep=lr")
-        tags[key] = val
-    return tags
+    return pairs(values, "--tag")

@@ -42,6 +42,10 @@ class Imported:
     receipt: Receipt
     notes: list[str]
 
+    def to_json(self) -> dict[str, Any]:
+        """The new receipt's id and name, and what the import found."""
+        return {"receipt_id": self.receipt.id, "name": self.receipt.name, "notes": self.notes}
+
 
 def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path | None = None) -> tuple[Evidence,
                                                                                                       MegatronLog]:

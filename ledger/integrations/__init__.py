@@ -6,4 +6,6 @@ parsing the output: every step with its wall time, exact step numbers, evals by 
 * :class:`ledger.integrations.lightning.LedgerLogger` — ``Trainer(..., logger=LedgerLogger())``
 
 Both are no-ops outside ``ledger record`` (the SDK's null run).
+
+May import: the core (``ledger.sdk``, ``ledger.errors``...) and ``schemas``, nothing else of ``ledger``.
 """

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ledger.mfu import peak_flops_of
 from ledger.planning.errors import UnknownHardware
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -133,20 +134,20 @@ _T = 1e12
 BUILTIN: dict[str, Hardware] = {
     "B200": Hardware(
         name="B200",
-        peak_flops={"fp4": 9e15, "fp8": 4.5e15, "bf16": 2.25e15, "fp16": 2.25e15, "tf32": 1.125e15, "fp32": 75e12},
+        peak_flops=peak_flops_of("B200"),
         hbm_bytes=180 * _GB,
         hbm_bw=7.7 * _T,
         nvlink_bw=900 * _GB,
         network_bw=50 * _GB,
         devices_per_node=8,
-        source="NVIDIA HGX B200 datasheet, per GPU: 2.25 PFLOP/s dense BF16 (4.5 FP8, 9 FP4; the datasheet's "
-        "figures with sparsity are twice these; FP32 without Tensor Cores ~75 TFLOP/s, approximate), "
+        source="peaks: ledger.mfu (NVIDIA HGX B200 specification, per GPU: 2.25 PFLOP/s dense BF16, 4.5 FP8, "
+        "9 FP4, 1.1 TF32, FP32 75 TFLOP/s); "
         "180 GB HBM3e at 7.7 TB/s, NVLink 5 1.8 TB/s bidirectional; "
         "one 400 Gb/s ConnectX-7 NIC per GPU (DGX B200)",
     ),
     "H200": Hardware(
         name="H200",
-        peak_flops={"fp8": 1.979e15, "bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp32": 67e12},
+        peak_flops=peak_flops_of("H200"),
         hbm_bytes=141 * _GB,
         hbm_bw=4.8 * _T,
         nvlink_bw=450 * _GB,
@@ -157,7 +158,7 @@ BUILTIN: dict[str, Hardware] = {
     ),
     "H100": Hardware(
         name="H100",
-        peak_flops={"fp8": 1.979e15, "bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp32": 67e12},
+        peak_flops=peak_flops_of("H100"),
         hbm_bytes=80 * _GB,
         hbm_bw=3.35 * _T,
         nvlink_bw=450 * _GB,

@@ -26,7 +26,6 @@ the law's uncertainty propagated by resampling.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -590,7 +589,3 @@ def parse_list(text: str, name: str, kind: type = int) -> tuple[Any, ...]:
     if not values or any(v <= 0 for v in values):
         raise BadInput(f"{name} must list positive numbers, got {text!r}")
     return values
-
-
-def sparsity_ticks(values: Sequence[float]) -> list[float]:
-    return sorted({round(float(v), 6) for v in values})

@@ -86,6 +86,13 @@ class RecordResult:
     exit_code: int
     run_dir: Path
 
+    def to_json(self) -> dict[str, Any]:
+        """The receipt's id, name and status (None when it was not published), and the exit code."""
+        r = self.receipt
+        return {"receipt_id": r.id if r else None, "name": r.name if r else None,
+                "status": r.status if r else None, "exit_code": self.exit_code,
+                "kept_in": None if r else str(self.run_dir)}
+
 
 def outcome_of(returncode: int, forwarded: Sequence[int], ended: datetime | None) -> Outcome:
     """Status, exit code and signal of a child that exited with ``returncode`` (negative: killed by a

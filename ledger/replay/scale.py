@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ledger.errors import BadInput
+from ledger.kv import pair
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "layers": ("model.layers",),
@@ -55,9 +56,9 @@ class ScaleChange:
 
 def parse_scale(text: str) -> ScaleChange:
     """``DIM=V`` or ``DIM=xK``; an unknown dimension lists the known ones."""
-    name, sep, raw = text.partition("=")
-    if not sep or name not in DIMENSIONS:
-        known = ", ".join(DIMENSIONS)
+    known = ", ".join(DIMENSIONS)
+    name, raw = pair(text, "--scale", example=f"--scale layers=x2 (DIM=VALUE or DIM=xFACTOR, DIM one of {known})")
+    if name not in DIMENSIONS:
         raise BadInput(f"unknown scale dimension in {text!r}: use DIM=VALUE or DIM=xFACTOR with DIM one of {known}")
     factor = raw.startswith("x")
     try:

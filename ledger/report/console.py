@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from rich import box
@@ -15,7 +15,9 @@ from rich.table import Table
 
 from ledger.errors import BadInput
 from ledger.report import fmt
-from schemas import Factor, Receipt, flatten, leaves
+
+if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
+    from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
 console = Console()
@@ -122,6 +124,8 @@ def receipt(r: Receipt) -> None:
     console.print(f"[bold]{r.id}[/bold]  {escape(r.name or 'unnamed')}  \\[{r.status}]  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {fmt.duration(r.duration_s)}  attempt {r.attempt}")
     console.print("command: " + " ".join(r.command))
+    from schemas import Factor, flatten, leaves
+
     flat = flatten(r)
     factors = dict(leaves())
     by_factor: dict[Factor, list[tuple[str, Any]]] = {}

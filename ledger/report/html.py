@@ -22,9 +22,11 @@ import numpy as np
 from ledger.analyses.compare import Comparison
 from ledger.analyses.curves import difference, smooth
 from ledger.analyses.diff import summarize_change
+from ledger.analyses.goodput import Goodput
 from ledger.analyses.matched import curve
 from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
 from ledger.report import fmt, svg
+from ledger.report.goodput import timeline_svg
 
 A_COLORS = ("#1f5fa8", "#4b8fd6", "#86b6e8", "#0b3b6f")
 B_COLORS = ("#c8372d", "#e8743b", "#f0a65a", "#8a1c14")
@@ -339,6 +341,14 @@ def render(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]],
     )
 
 
+def timelines_of(goodputs: Mapping[str, Goodput | str]) -> dict[str, str]:
+    """Side label -> the goodput timeline (inline SVG) of its run, or the sentence saying why there is none.
+    The timelines share one time axis (the longest run's), so equal widths are equal times."""
+    span = max([g.wall_s for g in goodputs.values() if isinstance(g, Goodput)] + [0.0])
+    return {label: timeline_svg(g, span_s=span) if isinstance(g, Goodput)
+            else f"<p class='reason'>unavailable: {_e(g)}</p>" for label, g in goodputs.items()}
+
+
 def _timelines(timelines: Mapping[str, str]) -> str:
     if not timelines:
         return ""
@@ -350,34 +360,17 @@ def _timelines(timelines: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
-def goodput_timelines(con: duckdb.DuckDBPyConnection, c: Comparison) -> dict[str, str]:
-    """The goodput timeline of the first run of each side, or why it cannot be drawn."""
-    from ledger.analyses.goodput import Goodput, goodput_of_run, timeline_svg
-    from ledger.errors import LedgerError
-    from ledger.store.attempts import run_of
-
-    found: dict[str, Goodput | str] = {}
-    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
-        if not runs:
-            continue
-        label = f"{side}: {runs[0].label}"
-        try:
-            found[label] = goodput_of_run(con, run_of(con, runs[0].id))
-        except LedgerError as exc:
-            found[label] = f"<p class='reason'>unavailable: {_e(exc)}</p>"
-    span = max([g.wall_s for g in found.values() if not isinstance(g, str)] + [0.0])
-    return {label: g if isinstance(g, str) else timeline_svg(g, span_s=span) for label, g in found.items()}
-
-
-def report(con: duckdb.DuckDBPyConnection, c: Comparison, max_bins: int = 120) -> str:
-    """The page for a comparison, with the routing heatmaps and the goodput timeline of the first run of
-    each side read from the index."""
+def report(con: duckdb.DuckDBPyConnection, c: Comparison, goodputs: Mapping[str, Goodput | str] | None = None,
+           max_bins: int = 120) -> str:
+    """The page for a comparison, with the routing heatmaps read from the index and the goodput timelines of
+    ``goodputs`` (side label -> the goodput of its first run, or why there is none: see
+    :func:`ledger.analyses.goodput_index.of_sides`); this module computes no goodput itself."""
     heatmaps: dict[str, dict[int, Columns]] = {}
     for runs in (c.runs_a, c.runs_b):
         if runs:
             r = runs[0]
             heatmaps[r.id] = {layer: routing_matrix(con, r.id, layer, max_bins) for layer in layers_of(r)}
-    return render(c, heatmaps, goodput_timelines(con, c), nodes_and_stragglers(con, c))
+    return render(c, heatmaps, timelines_of(goodputs or {}), nodes_and_stragglers(con, c))
 
 
 def nodes_and_stragglers(con: duckdb.DuckDBPyConnection, c: Comparison) -> str:

@@ -8,8 +8,25 @@ reading (what every command reads through), faults (crash points for the tests).
 May import: ``schemas``, ``ledger.errors``, ``ledger.redact``. Nothing above it (record, ingest, analyses,
 replay, planning, report, cli); what the recording path must add to a receipt it passes in (``publish``'s
 ``runtime`` hook).
+
+Importing this package imports nothing: the SDK reads :mod:`ledger.store.layout` (the names of the
+directories) and must not load pydantic and DuckDB with it. ``Ledger``, ``parse_receipt`` and
+``write_receipt`` are re-exported lazily from :mod:`ledger.store.receipts`.
 """
 
-from ledger.store.receipts import Ledger, parse_receipt, write_receipt
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger.store.receipts import Ledger, parse_receipt, write_receipt
 
 __all__ = ["Ledger", "parse_receipt", "write_receipt"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ledger.store import receipts
+
+        return getattr(receipts, name)
+    raise AttributeError(f"module 'ledger.store' has no attribute {name!r}")

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.errors import InvalidFilter
-from schemas import leaves
 
 SHORTCUTS = {
     "precision": "workload.precision.compute",
@@ -91,6 +90,8 @@ def _key_path(key: str) -> tuple[str, ...]:
     key = SHORTCUTS.get(key, key)
     if key.startswith("tag."):
         key = "tags." + key[4:]
+    from schemas import leaves
+
     valid = {path for path, _ in leaves()}
     if key in valid:
         return tuple(key.split("."))

@@ -184,10 +184,8 @@ def sync(
     con: duckdb.DuckDBPyConnection,
     progress: Callable[[int, int], None] | None = None,
 ) -> SyncResult:
-    """Bring the index up to date with the receipt directories: add the new ones, drop the vanished."""
-    from ledger.store.integrity import verify_receipt
-    from ledger.store.receipts import parse_receipt
-
+    """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
+    (Verifying and validating a receipt loads the schemas and the publishing code: only when there is one.)"""
     result = SyncResult()
     on_disk = set(ledger.ids())
     indexed = {r[0] for r in con.execute("SELECT id FROM receipts").fetchall()}
@@ -197,6 +195,9 @@ def sync(
         result.removed.append(gone)
     todo = sorted(on_disk - indexed - known_damaged)
     for i, receipt_id in enumerate(todo):
+        from ledger.store.integrity import verify_receipt
+        from ledger.store.receipts import parse_receipt
+
         try:
             findings = verify_receipt(ledger, receipt_id)  # only verified data enters the index
             if findings:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -12,7 +12,9 @@ from ledger.errors import BadInput, QueryRefused
 from ledger.store import filters, index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
-from schemas import Receipt
+
+if TYPE_CHECKING:
+    from schemas import Receipt
 
 LIST_COLUMNS = (
     "id", "name", "status", "started_at", "duration_s", "attempt", "steps", "final_loss", "tokens_per_s",

@@ -10,13 +10,13 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerNotWritable, SchemaTooNew
 from ledger.store.layout import INDEX, RECEIPT_FILE, STAGING, TMP_PREFIX, is_receipt_dir
-from schemas import Receipt, SchemaVersionError, migrate
+
+if TYPE_CHECKING:  # the receipt models load when a receipt is read, not when a ledger is opened
+    from schemas import Receipt
 
 
 class Ledger:
@@ -69,6 +69,8 @@ class Ledger:
             raise InvalidReceipt(f"{path}: not valid JSON ({exc})") from exc
         if not isinstance(data, dict):
             raise InvalidReceipt(f"{path}: expected a JSON object")
+        from schemas import SchemaVersionError, migrate
+
         try:
             return migrate(data)
         except SchemaVersionError as exc:
@@ -82,6 +84,10 @@ class Ledger:
 
 def parse_receipt(data: dict[str, Any], source: Path | str) -> Receipt:
     """Validate a receipt dict; the error names the file and the first failing field."""
+    from pydantic import ValidationError
+
+    from schemas import Receipt
+
     try:
         return Receipt.model_validate(data)
     except ValidationError as exc:

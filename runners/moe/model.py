@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ledger.sdk import model_flops_per_token
 from runners.moe.configs import RunConfig, dispatcher_config, experts_config, router_config
 from runners.moe.moe import LinearFactory, MoELayer, SwiGLU, torch_linear
 from runners.moe.timing import PhaseTimer
@@ -172,8 +173,6 @@ def param_counts(cfg: RunConfig, vocab_size: int) -> ParamCounts:
 
 
 def flops_per_token(cfg: RunConfig, vocab_size: int) -> float:
-    """6 x active parameters + 12 x layers x hidden x seq_len (DESIGN.md, Definitions)."""
-    return (
-        6.0 * param_counts(cfg, vocab_size).active
-        + 12.0 * cfg.model.layers * cfg.model.hidden * cfg.model.seq_len
-    )
+    """Model FLOPs per token of this model (the formula is the ledger's: :func:`ledger.sdk.model_flops_per_token`)."""
+    return float(model_flops_per_token(param_counts(cfg, vocab_size).active, cfg.model.layers, cfg.model.hidden,
+                                       cfg.model.seq_len))

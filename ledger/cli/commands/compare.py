@@ -90,9 +90,10 @@ def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], all
     with index.reader(ledger_from(ctx, ledger_path)) as con:
         result = compare(con, sides[0], sides[1], options)
         if html_out is not None:
+            from ledger.analyses.goodput_index import of_sides
             from ledger.report.html import report as html_report
 
-            page = html_report(con, result)
+            page = html_report(con, result, of_sides(con, result))
             try:
                 html_out.write_text(page, encoding="utf-8")
             except OSError as exc:

@@ -154,7 +154,7 @@ def receipt(title: str, header: Sequence[tuple[str, str]], factors: Mapping[str,
             summary: Sequence[tuple[str, str]], figs: Sequence[tuple[str, dict[str, Any]]], goodput: str,
             notes: Sequence[str] = ()) -> str:
     """A receipt: bookkeeping, plots, the goodput timeline, summary, then stack and workload by factor.
-    ``goodput`` is an inline SVG made by :func:`ledger.analyses.goodput.timeline_svg` (its texts escaped
+    ``goodput`` is an inline SVG made by :func:`ledger.report.goodput.timeline_svg` (its texts escaped
     there) or an escaped sentence."""
     kv = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)
     parts = [f'<table id="bookkeeping">{kv}</table>']

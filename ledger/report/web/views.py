@@ -51,9 +51,10 @@ def table_page(ledger: Ledger, where: str, sort: str | None, desc: bool) -> str:
 def receipt_page(ledger: Ledger, ref: str) -> str:
     """One receipt: bookkeeping, metric curves, evals per source, timing per phase, routing heatmaps,
     goodput, summary, and the stack and workload by factor."""
-    from ledger.analyses.goodput import goodput_of_run, timeline_svg
+    from ledger.analyses.goodput_index import goodput_of_run
     from ledger.analyses.series import layers_of, load_run, routing_matrix
     from ledger.report.console import human
+    from ledger.report.goodput import timeline_svg
     from ledger.store.attempts import run_of
     from ledger.store.integrity import check_intact
     from schemas import Factor, flatten, leaves

@@ -17,18 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ledger.analyses.gates import (
-    Cost,
-    GateResult,
-    devices_of,
-    gate_result,
-    load_pricing,
-    parse_gate,
-    run_cost,
-    select_gates,
-    summarise,
-)
+from ledger.analyses.gate_spec import parse_gate, select_gates
+from ledger.analyses.gates import Cost, GateResult, gate_result, run_cost, summarise
 from ledger.analyses.goodput import compute
+from ledger.analyses.pricing import devices_of, load_pricing
 from ledger.errors import BadInput
 from schemas import Receipt
 from schemas.receipt import (

@@ -26,8 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ledger.analyses.goodput import BUCKETS, compute, timeline_svg
+from ledger.analyses.goodput import BUCKETS, compute
 from ledger.errors import BadInput
+from ledger.report.goodput import timeline_svg
 from schemas import Receipt
 from schemas.receipt import Links, QualityGate, Task, Workload
 from schemas.tables import EVENTS, STEPS, TIMING

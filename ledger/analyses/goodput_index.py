@@ -1,0 +1,80 @@
+"""Goodput read from the index: a logical run's steps, events and data-loading timing rows, loaded with one
+query each, handed to :func:`ledger.analyses.goodput.compute`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from ledger.analyses.goodput import DATA_PHASES, TIMELINE_BINS, Goodput, compute
+from ledger.store.attempts import LogicalRun
+from ledger.store.receipts import Ledger
+
+if TYPE_CHECKING:
+    from ledger.analyses.compare import Comparison
+
+STEP_COLUMNS = ("receipt_id", "rank", "step", "time", "step_time_s", "tokens", "skipped")
+EVENT_COLUMNS = ("receipt_id", "rank", "time", "kind", "step", "detail")
+
+
+def _marks(ids: Sequence[str]) -> str:
+    return ", ".join("?" for _ in ids)
+
+
+def load_tables(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, pa.Table]:
+    """The steps, events (in recorded order) and data-loading timing rows of some receipts."""
+    marks = _marks(ids)
+    steps = con.sql(
+        f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE receipt_id IN ({marks})", params=list(ids)
+    ).to_arrow_table()
+    events = con.sql(
+        f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE receipt_id IN ({marks}) ORDER BY rowid",
+        params=list(ids),
+    ).to_arrow_table()
+    phases = ", ".join("?" for _ in DATA_PHASES)
+    timing = con.sql(
+        f"SELECT receipt_id, rank, step, phase, seconds FROM timing WHERE receipt_id IN ({marks}) "
+        f"AND phase IN ({phases})",
+        params=[*ids, *DATA_PHASES],
+    ).to_arrow_table()
+    return {"steps": steps, "events": events, "timing": timing}
+
+
+def goodput_of_run(con: duckdb.DuckDBPyConnection, run: LogicalRun, *, bins: int = TIMELINE_BINS) -> Goodput:
+    """Goodput of a :class:`ledger.store.attempts.LogicalRun` from the index."""
+    tables = load_tables(con, run.ids)
+    return compute(run.attempts, tables["steps"], tables["events"], tables["timing"], bins=bins)
+
+
+def goodput(ledger: Ledger, ref: str) -> Goodput:
+    """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
+    from ledger.store import index
+    from ledger.store.attempts import load_run
+
+    with index.reader(ledger) as con:
+        run = load_run(con, ref)
+        return goodput_of_run(con, run)
+
+
+def of_sides(con: duckdb.DuckDBPyConnection, c: Comparison) -> dict[str, Goodput | str]:
+    """The goodput of the logical run of each side's first receipt (for the HTML report's timelines),
+    keyed by the side's label, or the reason it cannot be computed."""
+    from ledger.errors import LedgerError
+    from ledger.store.attempts import run_of
+
+    out: dict[str, Goodput | str] = {}
+    for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
+        if not runs:
+            continue
+        label = f"{side}: {runs[0].label}"
+        try:
+            out[label] = goodput_of_run(con, run_of(con, runs[0].id))
+        except LedgerError as exc:
+            out[label] = str(exc)
+    return out
+
+
+__all__ = ["EVENT_COLUMNS", "STEP_COLUMNS", "goodput", "goodput_of_run", "load_tables", "of_sides"]

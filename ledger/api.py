@@ -1,0 +1,310 @@
+"""The typed Python API: one object for a ledger directory, one method per capability.
+
+    import ledger
+    lg = ledger.open("receipts")                     # a Ledger
+    runs = lg.receipts(where="precision=bf16")       # schemas.Receipt models, oldest first
+    steps = lg.table("steps", refs=runs)             # a pyarrow.Table with receipt_id; .to_pandas() as you like
+    result = lg.compare("baseline", "bf16")          # a Comparison; result.to_json()
+
+Every method is a thin call into the package that holds the capability (store, record, ingest, analyses,
+planning) and returns that package's typed result, each with ``.to_json()``. The CLI makes the same calls.
+Importing this module imports nothing heavy: each method imports what it needs when it runs, so ``import
+ledger`` stays light for training processes (which import ``ledger.sdk``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ledger.analyses.compare import Comparison as _Comparison
+    from ledger.analyses.compare import Ref
+    from ledger.analyses.gates import GroupGates, RunGates
+    from ledger.analyses.goodput import Goodput
+    from ledger.ingest.api import Imported
+    from ledger.planning.api import LawReport, PerfReport
+    from ledger.planning.plan import PlanResult
+    from ledger.record.inprocess import Recording
+    from ledger.record.wrapper import RecordResult
+    from ledger.store import receipts as store
+    from schemas import Receipt
+
+    class Comparison(_Comparison):
+        """:class:`ledger.analyses.compare.Comparison` with ``.to_json()``."""
+
+        def to_json(self) -> dict[str, Any]: ...
+
+
+IngestKind = Literal["megatron", "mlperf", "golden", "trace"]
+
+
+def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 (ledger.open, like io.open)
+    """The ledger in ``path`` (default: ``$LEDGER_DIR``, else ``./receipts``). Nothing is read yet; a
+    directory that does not exist is an empty ledger until something is recorded into it."""
+    from ledger.store.layout import ledger_dir
+
+    return Ledger(ledger_dir(path))
+
+
+def group(tag_value: str) -> Ref:
+    """One side of a comparison as a replicate group, ``TAG=VALUE``: ``lg.compare("base", group("sweep=bf16"))``."""
+    from ledger.analyses.compare import Ref
+    from ledger.kv import pair
+
+    pair(tag_value, "--group")
+    return Ref(group=tag_value)
+
+
+@dataclass(frozen=True)
+class LawFitResult:
+    """``Ledger.fit_law``: :class:`ledger.planning.api.LawReport` (the fit, the receipts used and skipped)."""
+
+    report: LawReport
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``ledger fit law --json`` prints (and ``ledger plan --law`` reads)."""
+        return self.report.to_dict()
+
+
+@dataclass(frozen=True)
+class PerfFitResult:
+    """``Ledger.fit_perf``: :class:`ledger.planning.api.PerfReport` (one calibration per hardware profile)."""
+
+    report: PerfReport
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``ledger fit perf --json`` prints (and ``ledger plan --perf-from`` reads)."""
+        return self.report.to_dict()
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """``Ledger.plan``: :class:`ledger.planning.plan.PlanResult`."""
+
+    result: PlanResult
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``ledger plan --json`` prints."""
+        data: dict[str, Any] = self.result.to_dict()
+        return data
+
+
+@dataclass
+class Ledger:
+    """A ledger directory (see :func:`open`)."""
+
+    root: Path
+    _store: store.Ledger | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+
+    @property
+    def store(self) -> store.Ledger:
+        """The store's view of the directory (:class:`ledger.store.receipts.Ledger`)."""
+        if self._store is None:
+            from ledger.store.receipts import Ledger as StoreLedger
+
+            self._store = StoreLedger(self.root)
+        return self._store
+
+    # ------------------------------------------------------------------------------------- reading
+    def receipts(self, where: str | None = None) -> list[Receipt]:
+        """Every receipt (oldest first), or those matching a ``--where`` expression such as
+        ``"precision=bf16 and tag.sweep=lr"``, as validated :class:`schemas.Receipt` models."""
+        from ledger.store import reading
+
+        return [self.store.load(row["id"]) for row in reading.list_receipts(self.store, where)]
+
+    def get(self, ref: str) -> Receipt:
+        """One receipt by id, unique id prefix or name, checked against its digests (a damaged one raises
+        :class:`ledger.errors.DamagedReceipt` naming the file)."""
+        from ledger.store import reading
+
+        return reading.show(self.store, ref)
+
+    def table(self, name: str, refs: Iterable[str | Receipt] | None = None) -> pa.Table:
+        """A metric table (``steps``, ``evals``, ``routing``, ``timing``, ``events``, ``telemetry``) of some
+        receipts (refs or models; all when None), with its ``receipt_id`` column, in recorded order."""
+        from ledger.errors import BadInput
+        from ledger.store import index
+        from ledger.store.refs import resolve
+        from schemas.tables import TABLES
+
+        if name not in TABLES:
+            raise BadInput(f"no table {name!r}; the tables are {', '.join(TABLES)}")
+        with index.reader(self.store) as con:
+            ids = None if refs is None else [resolve(con, r if isinstance(r, str) else r.id) for r in refs]
+            where = ""
+            if ids is not None:
+                where = f" WHERE receipt_id IN ({', '.join('?' for _ in ids)})" if ids else " WHERE false"
+            table: pa.Table = con.sql(f'SELECT * FROM "{name}"{where} ORDER BY rowid', params=ids or None
+                                      ).to_arrow_table()
+            return table
+
+    def query(self, sql: str) -> pa.Table:
+        """One read-only SELECT over the index (``ledger query``): ``receipts`` and the metric tables."""
+        from ledger.store import reading
+
+        return reading.read_only_query(self.store, sql)
+
+    # ------------------------------------------------------------------------------------ analyses
+    def compare(self, a: str | Ref, b: str | Ref, *, allow_task_change: bool = False, attribution: bool = True,
+                plugins: bool = True, alpha: float = 0.05, level: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                noise: float | None = None) -> Comparison:
+        """``ledger compare A B``: what changed by factor, every metric side by side with a CI and a verdict,
+        attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``."""
+        from ledger.analyses.compare import CompareOptions, Ref, compare
+        from ledger.analyses.metrics import Settings
+        from ledger.store import index
+
+        sides = [Ref(ref=s) if isinstance(s, str) else s for s in (a, b)]
+        options = CompareOptions(allow_task_change, Settings(alpha=alpha, level=level, n_boot=n_boot, seed=seed,
+                                                             noise=noise), attribution, plugins)
+        with index.reader(self.store) as con:
+            result = compare(con, sides[0], sides[1], options)
+        return _with_to_json(result)
+
+    def goodput(self, ref: str) -> Goodput:
+        """``ledger goodput REF``: goodput and badput of the logical run any attempt's ref belongs to."""
+        from ledger.analyses.goodput_index import goodput
+
+        return goodput(self.store, ref)
+
+    def gate(self, ref: str | None = None, *, group: str | None = None, gate: str | None = None,
+             price_per_device_hour: float | None = None, config: str | os.PathLike[str] | None = None,
+             ) -> RunGates | GroupGates:
+        """``ledger gate``: time, device-hours, energy and money to first reach each quality gate, for one
+        run (``ref``) or every run tagged ``group="TAG=VALUE"`` (censored runs kept)."""
+        from ledger.analyses.gates import gate_report, group_report
+        from ledger.analyses.pricing import load_pricing
+        from ledger.errors import BadInput
+
+        if (ref is None) == (group is None):
+            raise BadInput("give either a ref or group='TAG=VALUE' (not both)")
+        pricing = load_pricing(Path(config) if config is not None else None, price_per_device_hour)
+        if group is not None:
+            return group_report(self.store, group, gate, pricing)
+        assert ref is not None
+        return gate_report(self.store, ref, gate, pricing)
+
+    # ------------------------------------------------------------------------------------ planning
+    def fit_law(self, where: str | None = None, *, loss: Literal["train", "val"] = "train",
+                at_tokens: Sequence[float] | None = None, bootstrap: int = 200, inits: int = 24,
+                huber_delta: float | None = None, seed: int = 0) -> LawFitResult:
+        """``ledger fit law``: the sparse-MoE scaling law fitted on the receipts matching ``where``
+        (:func:`ledger.planning.api.fit_law`)."""
+        from ledger.planning import api
+
+        return LawFitResult(api.fit_law(self.store, where, loss, list(at_tokens) if at_tokens else None,
+                                        bootstrap=bootstrap, inits=inits, huber_delta=huber_delta, seed=seed))
+
+    def fit_perf(self, where: str | None = None, *, hardware: str | None = None) -> PerfFitResult:
+        """``ledger fit perf``: the performance model calibrated on the receipts matching ``where``
+        (:func:`ledger.planning.api.fit_perf`)."""
+        from ledger.planning import api
+
+        return PerfFitResult(api.fit_perf(self.store, where, hardware))
+
+    def plan(self, hardware: str, nodes: int, days: float, **options: Any) -> PlanOutcome:
+        """``ledger plan``: the cluster-optimal geometry and parallel plan for ``nodes`` nodes of ``hardware``
+        (a profile name or file) over ``days`` (:func:`ledger.planning.api.plan`). ``options`` are the fields
+        of :class:`ledger.planning.api.PlanRequest` (``goodput=0.85``, ``goodput_from="crashy-run"``,
+        ``law=...``, ``precision="fp8"``...); the grid options (``experts``, ``top_k``, ``granularity``,
+        ``widths``, ``micro_batch``) take sequences of numbers."""
+        from ledger.planning import api
+
+        grids = ("experts", "top_k", "granularity", "widths", "micro_batch")
+        fields: dict[str, Any] = {k: ",".join(f"{x:g}" for x in v) if k in grids and not isinstance(v, str) else v
+                  for k, v in options.items()}
+        if fields.get("perf_from") is not None:
+            fields["perf_from"] = Path(fields["perf_from"])
+        request = api.PlanRequest(hardware=hardware, nodes=nodes, days=days, **fields)
+        return PlanOutcome(api.plan(request, lambda: self.store))
+
+    # ------------------------------------------------------------------------------------- writing
+    def ingest(self, kind: IngestKind, path: str | os.PathLike[str], *, name: str | None = None,
+               tags: Mapping[str, str] | None = None, **options: Any) -> Imported:
+        """``ledger ingest KIND PATH``: evidence another tool wrote, published as an ``imported`` receipt.
+        ``options``: megatron ``args_from``, ``routing``; mlperf ``system``, ``rules``; golden ``config``;
+        trace ``into`` (a ref, required)."""
+        from ledger.errors import BadInput
+        from ledger.ingest import api
+
+        paths = {k: (Path(v) if isinstance(v, str | os.PathLike) else v) for k, v in options.items() if k != "into"}
+        if kind == "megatron":
+            return api.ingest_megatron(self.store, Path(path), name=name, tags=tags, **paths)
+        if kind == "mlperf":
+            rules = [Path(r) for r in options.get("rules", ())]
+            return api.ingest_mlperf(self.store, Path(path), paths.get("system"), rules, name=name, tags=tags)
+        if kind == "golden":
+            return api.ingest_golden(self.store, Path(path), name=name, tags=tags, **paths)
+        if kind == "trace":
+            if "into" not in options:
+                raise BadInput("ingest('trace', ...) needs into=REF (the receipt the trace belongs to)")
+            return api.ingest_trace(self.store, Path(path), str(options["into"]), name=name)
+        raise BadInput(f"unknown ingest kind {kind!r}: use megatron, mlperf, golden or trace")
+
+    def record(self, command: Sequence[str], *, name: str | None = None, tags: Mapping[str, str] | None = None,
+               attempt_of: str | None = None, replicates: str | None = None, baseline: str | None = None,
+               env_names: Sequence[str] = (), telemetry_interval: float = 1.0,
+               cwd: str | os.PathLike[str] | None = None) -> RecordResult:
+        """``ledger record -- COMMAND``: run a launch as a child process and publish its receipt. The result
+        holds the receipt (None when it could not be published; the data is then kept for ``ledger
+        recover``) and the child's exit code."""
+        from ledger.record.wrapper import RecordOptions
+        from ledger.record.wrapper import record as run_record
+        from ledger.store.links import resolve_links
+
+        links = resolve_links(self.store, attempt_of=attempt_of, replicates=replicates, baseline=baseline)
+        opts = RecordOptions(command=list(command), name=name, tags=dict(tags or {}), env_names=tuple(env_names),
+                             telemetry_interval=telemetry_interval, cwd=Path(cwd) if cwd else Path.cwd(), **links)
+        return run_record(self.store, opts)
+
+    @contextmanager
+    def recording(self, *, name: str | None = None, tags: Mapping[str, str] | None = None,
+                  attempt_of: str | None = None, replicates: str | None = None, baseline: str | None = None,
+                  env_names: Sequence[str] = ()) -> Iterator[Recording]:
+        """Record the body of a ``with`` block, in this process, as one receipt; ``ledger.sdk.current()``
+        inside it is the block's run (so training code written for ``ledger record`` runs unchanged)::
+
+            with lg.recording(name="notebook") as rec:
+                train(ledger.sdk.current())
+            rec.receipt.id
+        """
+        from ledger.record.inprocess import recording
+        from ledger.store.links import resolve_links
+
+        links = resolve_links(self.store, attempt_of=attempt_of, replicates=replicates, baseline=baseline)
+        with recording(self.store, name=name, tags=tags, env_names=tuple(env_names), **links) as rec:
+            yield rec
+
+
+_COMPARISON: type | None = None
+
+
+def _with_to_json(c: _Comparison) -> Comparison:
+    """The same comparison, as an instance of a subclass that adds ``.to_json()``
+    (:func:`ledger.analyses.compare.to_json`)."""
+    global _COMPARISON
+    from ledger.analyses import compare as module
+
+    if _COMPARISON is None:
+        def to_json(self: _Comparison) -> dict[str, Any]:
+            """The comparison as JSON-able data with stable keys (``ledger compare --json``)."""
+            return module.to_json(self)
+
+        _COMPARISON = type("Comparison", (module.Comparison,), {"to_json": to_json, "__module__": __name__})
+    out: Any = object.__new__(_COMPARISON)
+    out.__dict__.update(c.__dict__)
+    return cast("Comparison", out)
+
+
+__all__ = ["Ledger", "LawFitResult", "PerfFitResult", "PlanOutcome", "group", "open"]
