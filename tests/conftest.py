@@ -23,6 +23,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env.pop("LEDGER_RUN_DIR", None)
     env.pop("LEDGER_DIR", None)
     env["DVC_NO_ANALYTICS"] = "1"  # no network here; DVC must not try to send usage statistics
+    env["COLUMNS"] = "200"  # a wide terminal for tests of what is printed; tests of width set their own
     env.update(extra)
     # the tree under test, not whatever the environment's editable install points at
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])

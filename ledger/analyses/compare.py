@@ -36,6 +36,7 @@ from ledger.analyses.diff import FactorDiff, check_task, factor_diff
 from ledger.analyses.evidence import HARDWARE, Floor, commands_for_replicates, floor_groups, learn_floor, replicates_of
 from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
 from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, compare_all, plugins
+from ledger.analyses.nodes import node_differences
 from ledger.analyses.series import RunData, load_run, load_run_cached
 from schemas import Receipt
 
@@ -102,11 +103,14 @@ class Comparison:
     runs_a: list[RunData] = field(repr=False)
     runs_b: list[RunData] = field(repr=False)
     catalog: Catalog = field(repr=False)
+    node_sets: list[tuple[str, ...]] = field(default_factory=list)
+    """Of ``confounded_sets``, the factors on which the nodes of one side's run disagree."""
 
     def confounded(self) -> list[dict[str, Any]]:
         """Factor sets that changed together, with each headline's share of them where it was measured."""
         found: dict[tuple[str, ...], dict[str, Any]] = {
-            s: {"factors": list(s), "message": f"confounded: {', '.join(s)} changed together", "shares": {}}
+            s: {"factors": list(s), "message": f"confounded: {', '.join(s)} "
+                + ("differ between the nodes of one run" if s in self.node_sets else "changed together"), "shares": {}}
             for s in self.confounded_sets
         }
         for att in self.attribution:
@@ -186,9 +190,18 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
         next_steps += commands_for_replicates(_ref_text(side_a, catalog), _ref_text(side_b, catalog))
     next_steps += [m.command for m in missing if m.command]
     notes = _notes(diff, same_config, identical, comparable, runs_a + runs_b, replicates, rows)
-    return Comparison(side_a, side_b, comparable, diff, same_config, identical, replicates, confounded_sets(lattice),
+    within_sets: list[tuple[str, ...]] = []
+    for side in (side_a, side_b):  # a job whose nodes disagree is not one configuration
+        differing = node_differences(receipt(side.ids[0]))
+        if differing:
+            within_sets.append(tuple(dict.fromkeys(f.value for f, _ in differing)))
+            notes.append(f"the nodes of {side.name} ({_ref_text(side, catalog)}) differ: "
+                         + "; ".join(f"{f.value}: {text}" for f, text in differing)
+                         + " - its metrics mix configurations (confounded)")
+    sets = confounded_sets(lattice) + [s for s in within_sets if s not in confounded_sets(lattice)]
+    return Comparison(side_a, side_b, comparable, diff, same_config, identical, replicates, sets,
                       next_steps, rows, attribution, lattice, missing, list(found.problems), notes, settings,
-                      runs_a, runs_b, catalog)
+                      runs_a, runs_b, catalog, within_sets)
 
 
 SAME_CONFIG = "same configuration"

@@ -106,3 +106,18 @@ def test_runs_that_did_not_complete_are_not_replicates(tmp_path: Path, status: s
     catalog.entries[second] = entry.__class__(entry.id, entry.name, entry.tags, entry.started_at,
                                               {**entry.data, "links": {"attempt_of": first}}, entry.factors)
     assert evidence.replicates_of(catalog, first) == []
+
+
+def test_a_run_whose_nodes_disagree_is_confounded_within(tmp_path: Path) -> None:
+    from schemas.receipt import Drivers, NodeStack
+
+    d = tmp_path / "receipts"
+    nodes = (NodeStack(node_rank=0, hostname="gpu-000", drivers=Drivers(nccl="2.21.5")),
+             NodeStack(node_rank=1, hostname="gpu-001", drivers=Drivers(nccl="2.19.3")))
+    cal.publish_run(d, cal.series(np.random.default_rng(1), "job", 0), name="job", nodes=nodes)
+    cal.publish_run(d, cal.series(np.random.default_rng(2), "other", 0), name="other")
+    c = _compare(d, "job", "other")
+    assert ("drivers",) in c.confounded_sets and c.node_sets == [("drivers",)]
+    item = next(i for i in c.confounded() if i["factors"] == ["drivers"])
+    assert item["message"] == "confounded: drivers differ between the nodes of one run"
+    assert any("NCCL: 2.21.5 on node 0" in n and "2.19.3 on node 1" in n for n in c.notes)
