@@ -16,7 +16,6 @@ Compare and attribution (``ledger compare``, ``ledger report``):
 
     stats        rank tests (Mann-Whitney, Wilcoxon signed-rank), exact bootstrap of quantiles, bootstrap of
                  means, pooled t-test, MAD outlier filter, spike detection
-    peaks        the names ``metrics`` imports for MFU; the peak table itself is :mod:`ledger.mfu`
     diff         the factor diff of two receipts; the task check
     series       a run's metric tables as numpy columns (RunData), loaded from the index
     matched      curves interpolated at common token counts or wall times

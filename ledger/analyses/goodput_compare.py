@@ -3,9 +3,7 @@
 :func:`ledger.analyses.metrics.plugins` picks up this module's ``METRICS`` and ``HEADLINES``; nothing else
 has to be wired. Compare hands each provider one :class:`~ledger.analyses.series.RunData` per receipt, so
 these rows see one receipt: a receipt that is a later attempt of a logical run (``attempt_of`` set) is
-``unavailable`` here, with the reason; ``ledger goodput REF`` and ``ledger gate REF`` cover every attempt
-(and :func:`ledger.analyses.goodput.goodput_metrics` / :func:`ledger.analyses.gates.gate_metrics` do the
-same from an index connection).
+``unavailable`` here, with the reason; ``ledger goodput REF`` and ``ledger gate REF`` cover every attempt.
 
 Rows: goodput and token goodput (:mod:`ledger.analyses.goodput`), and per quality gate of the task the
 wall time and energy to reach it (:mod:`ledger.analyses.gates`), plus "time to first gate" (the task's

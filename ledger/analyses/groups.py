@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 
 from ledger.errors import BadInput
+from ledger.kv import pair
 from ledger.store.refs import resolve
 from schemas import Factor, leaves
 from schemas.factors import CAUSAL_FACTORS
@@ -121,10 +122,7 @@ class Side:
 
 def parse_group(text: str) -> tuple[str, str]:
     """``TAG=VALUE`` -> (tag, value)."""
-    tag, sep, value = text.partition("=")
-    if not sep or not tag:
-        raise InvalidGroup(f"--group {text!r}: expected TAG=VALUE, e.g. --group sweep=bf16")
-    return tag, value
+    return pair(text, "--group", error=InvalidGroup)
 
 
 def resolve_side(con: duckdb.DuckDBPyConnection, catalog: Catalog, name: str, ref: str | None = None,

@@ -40,8 +40,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses import evidence, matched, stats
-from ledger.analyses.peaks import Peak, peak_flops
 from ledger.analyses.series import RunData
+from ledger.mfu import Peak, peak_flops
 
 Direction = Literal["higher", "lower", "none"]
 """Which way is better: higher, lower, or none (a change is only higher or lower)."""

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses.stats import mad_keep
+from ledger.mfu import model_flops_per_token
 from ledger.store.summary import warmup_cut
 from schemas import Receipt
 
@@ -115,7 +116,7 @@ class RunData:
         seq = wl.data.sequence_length
         if not (active and layers and hidden and seq):
             return None
-        return 6.0 * active + 12.0 * layers * hidden * seq
+        return float(model_flops_per_token(float(active), layers, hidden, seq))
 
     @property
     def gpu_model(self) -> str | None:

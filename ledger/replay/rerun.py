@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ledger.errors import BadInput
+from ledger.kv import pairs
 from ledger.replay.scale import ScaleChange
 from ledger.store.receipts import Ledger
 from schemas import Factor, Receipt, Stack, factor_of, flatten
@@ -49,11 +50,7 @@ def rebuild_command(receipt: Receipt, sets: Sequence[str] = (), scale: Sequence[
     launch = receipt.workload.launch
     if launch.runner == RUNNER and launch.config:
         overrides = dict(o.split("=", 1) for o in launch.overrides if "=" in o)
-        for item in sets:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise BadInput(f"--set {item!r}: expected KEY=VALUE, e.g. --set precision=bf16")
-            overrides[key] = value
+        overrides.update(pairs(sets, "--set"))
         current = _current_values(receipt) | {k: float(v) for k, v in overrides.items() if _is_number(v)}
         for change in scale:
             if any(k not in current for k in _keys(change)):

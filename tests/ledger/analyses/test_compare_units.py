@@ -13,8 +13,8 @@ import pytest
 from ledger.analyses import evidence, matched, metrics
 from ledger.analyses.ablations import override_factor
 from ledger.analyses.diff import Change, TaskMismatch, check_task, factor_diff, summarize_change
-from ledger.analyses.peaks import Peak, device_key, peak_flops
 from ledger.analyses.series import RunData
+from ledger.mfu import Peak, device_key, peak_flops
 from ledger.report import fmt, svg
 from schemas.receipt import Architecture, Precision, Receipt, Task, Workload
 
