@@ -237,6 +237,8 @@ def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) 
     if not results:
         click.echo("nothing to recover")
     index.try_sync(ledger, timeout=30)
+    if any(r.action == "failed" for r in results):
+        ctx.exit(1)  # those runs stay in staging; the line above says why
 
 
 def _register_plugins() -> None:
