@@ -146,7 +146,7 @@ def _workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workloa
         problems.append(problem)
     if not isinstance(data, dict) or not data:
         return workload
-    arguments = {redact(str(k)): redact(str(v)) for k, v in data.items()}
+    arguments = {str(k): str(v) for k, v in _redact_json(data, redact).items()}
     return workload.model_copy(update={"arguments": arguments})
 
 
@@ -230,13 +230,10 @@ def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
 
 
 def _redact_json(data: Any, redact: Redact) -> Any:
-    if isinstance(data, str):
-        return redact(data)
-    if isinstance(data, list):
-        return [_redact_json(v, redact) for v in data]
-    if isinstance(data, dict):
-        return {redact(str(k)): _redact_json(v, redact) for k, v in data.items()}
-    return data
+    """Every string through ``redact``, and values under secret-named keys dropped (``seed_secret``)."""
+    from ledger.redact import redact_json
+
+    return redact_json(data, redact)
 
 
 Amend = Callable[[Receipt, dict[str, pa.Table]], Receipt]
