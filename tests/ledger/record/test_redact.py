@@ -200,3 +200,21 @@ def test_a_planted_secret_never_survives_argv(
     out = Redactor({name: token}).argv(args)
     assert len(out) == len(args)
     assert not any(token in arg for arg in out)
+
+
+def test_rules_file_is_the_installed_detect_secrets_export() -> None:
+    import json
+
+    from ledger.redact import RULES_FILE, export_rules
+
+    assert json.loads(RULES_FILE.read_text()) == export_rules(), "run: python -m ledger.redact"
+
+
+@given(st.text(alphabet=string.ascii_letters + string.digits + "+/=_-", min_size=1, max_size=60))
+@settings(max_examples=50)
+def test_entropy_is_detect_secrets_formula(token: str) -> None:
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+
+    from ledger.redact import shannon_entropy
+
+    assert shannon_entropy(token) == pytest.approx(Base64HighEntropyString().calculate_shannon_entropy(token))
