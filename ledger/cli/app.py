@@ -97,9 +97,13 @@ def record(
 
     _keep_pandas_out()
 
+    from ledger.store.refs import check_name
+
     ledger = ledger_from(ctx, ledger_path)
     if not command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if name is not None:
+        check_name(name)
     if attempt_of is None:
         from ledger.store.attempts import auto_link
 
@@ -168,10 +172,12 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
 
 @cli.command()
 @click.argument("sql")
-@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects.")
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects (NaN and infinities as null).")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="S",
+              help="Interrupt the query after S seconds.")
 @ledger_option
 @click.pass_context
-def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None) -> None:
+def query(ctx: click.Context, sql: str, as_json: bool, timeout: float, ledger_path: Path | None) -> None:
     """Run one read-only SQL statement over the index.
 
     Views: receipts, steps, evals, routing, timing, events, telemetry (each has receipt_id).
@@ -183,7 +189,7 @@ def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None)
     from ledger.report import console as render
     from ledger.store import reading
 
-    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql)
+    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql, timeout)
     if as_json:
         echo_json(table.to_pylist())
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -38,9 +39,23 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def json_safe(data: Any) -> Any:
+    """``data`` with NaN and infinities as null: JSON has no such numbers, and `ledger ... --json` must
+    print what any JSON parser reads."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    if isinstance(data, Decimal):
+        return json_safe(_json_default(data))
+    return data
+
+
 def echo_json(data: Any) -> None:
-    """Print JSON with stable key order."""
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+    """Print JSON (strict: NaN and infinities are null) with stable key order."""
+    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False))
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:

@@ -11,7 +11,9 @@ import pyarrow as pa
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from ledger.report.safe import markup, terminal
 from schemas import Factor, Receipt, flatten, leaves
 
 # Piped output is read by tools and people alike: do not squeeze tables into 80 columns there.
@@ -19,14 +21,15 @@ console = Console() if sys.stdout.isatty() else Console(width=200)
 MAX_ROWS = 1000
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any) -> Text:
+    """A table cell: user data, never markup, control characters visible."""
     if value is None:
-        return "-"
+        return Text("-")
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return Text(f"{value:.4g}")
     if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
+        return terminal(", ".join(f"{k}={v}" for k, v in value.items()))
+    return terminal(value)
 
 
 def receipts_table(rows: list[dict[str, Any]]) -> None:
@@ -38,8 +41,9 @@ def receipts_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         experts = f"{r['num_experts']}x top{r['top_k']}" if r["num_experts"] else "-"
         table.add_row(
-            r["id"][:12], _fmt(r["name"]), r["status"] + (f" ({r['problems']} problems)" if r["problems"] else ""),
-            (r["started_at"] or "-")[:19], _fmt(r["duration_s"]), _fmt(r["steps"]), _fmt(r["final_loss"]),
+            _fmt(r["id"][:12]), _fmt(r["name"]),
+            _fmt(r["status"] + (f" ({r['problems']} problems)" if r["problems"] else "")),
+            _fmt((r["started_at"] or "-")[:19]), _fmt(r["duration_s"]), _fmt(r["steps"]), _fmt(r["final_loss"]),
             _fmt(r["tokens_per_s"]), _fmt(r["precision"]), experts, _fmt(r["tags"]),
         )
     console.print(table)
@@ -48,9 +52,9 @@ def receipts_table(rows: list[dict[str, Any]]) -> None:
 
 def receipt(r: Receipt) -> None:
     """`ledger show`: bookkeeping first, then every non-empty field grouped by factor."""
-    console.print(f"[bold]{r.id}[/bold]  {r.name or 'unnamed'}  [{r.status}]  exit {r.exit_code}")
+    console.print(f"[bold]{r.id}[/bold]  {markup(r.name or 'unnamed')}  {markup(f'[{r.status}]')}  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {_fmt(r.duration_s)} s  attempt {r.attempt}")
-    console.print("command: " + " ".join(r.command))
+    console.print(Text("command: ") + terminal(" ".join(r.command)))
     flat = flatten(r)
     factors = dict(leaves())
     by_factor: dict[Factor, list[tuple[str, Any]]] = {}
@@ -66,23 +70,23 @@ def receipt(r: Receipt) -> None:
             continue
         table = Table(title=factor.value, title_justify="left", show_header=False, box=None)
         for path, value in items:
-            table.add_row(path, _fmt(value))
+            table.add_row(_fmt(path), _fmt(value))
         console.print(table)
     summary = Table(title="summary", title_justify="left", show_header=False, box=None)
     for key, value in r.summary.model_dump().items():
-        summary.add_row(key, _fmt(value))
+        summary.add_row(_fmt(key), _fmt(value))
     console.print(summary)
     files = Table("artifact", "rows", "bytes", "sha256", title="artifacts", title_justify="left")
     for a in r.artifacts:
-        files.add_row(a.path, _fmt(a.rows), str(a.bytes), a.sha256[:16])
+        files.add_row(_fmt(a.path), _fmt(a.rows), _fmt(a.bytes), _fmt(a.sha256[:16]))
     console.print(files)
     for p in r.problems:
-        console.print(f"[yellow]problem[/yellow] {p.source}: {p.message}")
+        console.print(Text("problem ", style="yellow") + terminal(f"{p.source}: {p.message}"))
 
 
 def arrow_table(table: pa.Table) -> None:
     """`ledger query`."""
-    out = Table(*table.column_names)
+    out = Table(*(_fmt(c) for c in table.column_names))
     for row in table.slice(0, MAX_ROWS).to_pylist():
         out.add_row(*(_fmt(v) for v in row.values()))
     console.print(out)

@@ -9,7 +9,6 @@ the missing runs and the raw tables follow.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -21,6 +20,7 @@ from ledger.analyses.diff import summarize_change
 from ledger.analyses.matched import curve
 from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
 from ledger.report import fmt, svg
+from ledger.report.safe import xml
 
 A_COLORS = ("#1f5fa8", "#4b8fd6", "#86b6e8", "#0b3b6f")
 B_COLORS = ("#c8372d", "#e8743b", "#f0a65a", "#8a1c14")
@@ -50,7 +50,7 @@ code{font-size:12px}details{margin:6px 0}summary{cursor:pointer;font-weight:600}
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return xml(text)
 
 
 def _verdict_class(verdict: str) -> str:
