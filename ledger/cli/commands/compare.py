@@ -80,8 +80,12 @@ def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], all
         raise BadInput(f"give exactly two sides (refs or --group TAG=VALUE), got {len(sides)}; "
                        "e.g. ledger compare baseline bf16")
     options = CompareOptions(allow_task_change, Settings(alpha=alpha, n_boot=n_boot, seed=seed, noise=noise))
-    with index.reader(ledger_from(ctx, ledger_path)) as con:
+    from ledger.store.agreement import check_involved
+
+    ledger = ledger_from(ctx, ledger_path)
+    with index.reader(ledger) as con:
         result = compare(con, sides[0], sides[1], options)
+        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
         if html_out is not None:
             from ledger.report.html import report as html_report
 

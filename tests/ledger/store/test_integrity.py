@@ -109,3 +109,42 @@ def test_verify_of_a_clean_ledger(ledger3, ledger_cli, ledger_dir) -> None:
     assert out.returncode == 0
     assert json.loads(out.stdout) == {"checked": 3, "findings": []}
     assert len(ids_in(ledger_dir)) == 3
+
+
+def _tamper(ledger_dir: Path, *statements: tuple[str, list[object]]) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(ledger_dir / "index.duckdb"))
+    try:
+        for sql, params in statements:
+            con.execute(sql, params)
+    finally:
+        con.close()
+
+
+def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledger_cli, ledger_dir) -> None:
+    a, b, c = ledger3
+    ledger_cli("ls", check=True)  # the index exists and is synced
+    _tamper(ledger_dir,
+            ("UPDATE steps SET loss = loss / 2 WHERE receipt_id = ?", [a]),  # invented better losses
+            ("DELETE FROM routing WHERE receipt_id = ? AND step = 1", [c]),
+            ("UPDATE receipts SET receipt = json_object('id', id) WHERE id = ?", [c]),
+            ("INSERT INTO damaged VALUES (?, 'made up')", [b]))  # a healthy receipt marked damaged
+    out = ledger_cli("verify")
+    assert out.returncode == 1
+    for victim, message in ((a, "table steps: 5 rows in the index, 5 in steps.parquet, values differ"),
+                            (c, "table routing: 8 rows in the index, 10 in routing.parquet"),  # 5 steps x 2 experts
+                            (c, "receipts row differs from receipt.json"), (b, "listed as damaged (made up)")):
+        assert f"{victim[:12]} index.duckdb: {message}" in out.stdout, out.stdout
+    refused = ledger_cli("compare", a, b, "--json")
+    assert refused.returncode == 1 and "index.duckdb: table steps" in refused.stderr
+    assert ledger_cli("reindex").returncode == 0
+    assert ledger_cli("verify").returncode == 0
+
+
+def test_compare_refuses_a_receipt_damaged_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
+    a, b = ledger3[0], ledger3[1]
+    ledger_cli("ls", check=True)
+    _garbage(ledger_dir / a / "steps.parquet")
+    refused = ledger_cli("compare", a, b)
+    assert refused.returncode == 1 and "sha256 does not match" in refused.stderr
