@@ -264,7 +264,8 @@ def export_rules() -> list[dict[str, Any]]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     out = []
-    for _, cls in sorted(get_mapping_from_secret_type_to_class().items()):
+    plugins: list[Any] = [cls for _, cls in sorted(get_mapping_from_secret_type_to_class().items())]
+    for cls in plugins:
         if cls.__name__ not in RULE_GUARDS:
             continue
         for pattern, guards in zip(cls().denylist, RULE_GUARDS[cls.__name__], strict=True):

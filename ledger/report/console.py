@@ -86,7 +86,9 @@ def receipt(r: Receipt) -> None:
 
 def arrow_table(table: pa.Table) -> None:
     """`ledger query`."""
-    out = Table(*(_fmt(c) for c in table.column_names))
+    out = Table()
+    for name in table.column_names:
+        out.add_column(_fmt(name))
     for row in table.slice(0, MAX_ROWS).to_pylist():
         out.add_row(*(_fmt(v) for v in row.values()))
     console.print(out)

@@ -21,7 +21,7 @@ from ledger.store.receipts import Ledger, parse_receipt
 from schemas.tables import TABLES
 
 
-def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object], columns: list[str]) -> tuple:
+def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object], columns: list[str]) -> tuple[object, ...]:
     sums = ", ".join(f'sum(hash("{c}")::HUGEINT)' for c in columns)
     row = con.execute(f"SELECT count(*), {sums} FROM {source}", params).fetchone()
     return tuple(row or ())
@@ -52,7 +52,7 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             indexed = _fingerprint(con, f"{name} WHERE receipt_id = ?", [receipt_id], columns)
             artifact = tables.get(name)
             if artifact is None or not artifact.rows:
-                truth: tuple = (0, *([None] * len(columns)))
+                truth: tuple[object, ...] = (0, *([None] * len(columns)))
             else:
                 path = str(ledger.path(receipt_id) / artifact.path)
                 truth = _fingerprint(files, "read_parquet(?)", [path], columns)
