@@ -21,7 +21,8 @@ from ledger.store.receipts import Ledger, parse_receipt
 from schemas.tables import TABLES
 
 
-def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object], columns: list[str]) -> tuple[object, ...]:
+def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object],
+                 columns: list[str]) -> tuple[object, ...]:
     sums = ", ".join(f'sum(hash("{c}")::HUGEINT)' for c in columns)
     row = con.execute(f"SELECT count(*), {sums} FROM {source}", params).fetchone()
     return tuple(row or ())
