@@ -7,7 +7,8 @@
 * peak memory (RSS, GNU time's %M) of the wrapper for the log and for a newline-less stream of the same
   size, against ``ledger record -- true`` (target: < 100 MB above it, for any line length).
 
-LOG is built from the Megatron logs in ../shared/fixtures, repeated to ``--mb`` megabytes (default 200).
+LOG is a generic training log of ``--mb`` megabytes (default 200); ``--megatron`` repeats the Megatron logs of
+../shared/fixtures instead, which `ledger record` then also parses as a Megatron launch (issue 13's part).
 """
 
 from __future__ import annotations
@@ -28,9 +29,17 @@ BIN = Path(sys.executable).parent
 TIME = shutil.which("time") or "/usr/bin/time"
 
 
-def make_log(path: Path, mb: int) -> None:
-    logs = sorted((SHARED / "fixtures" / "megatron").glob("*.log"))
-    sample = b"".join(p.read_bytes() for p in logs) or b"iteration 1 | lm loss: 5.0 | grad norm: 1.0\n"
+def make_log(path: Path, mb: int, megatron: bool) -> None:
+    """A training log of ``mb`` megabytes: generic step lines (Python logging style, varied numbers), or the
+    Megatron logs of ../shared/fixtures repeated (which also makes `ledger record` parse them as Megatron)."""
+    if megatron:
+        sample = b"".join(p.read_bytes() for p in sorted((SHARED / "fixtures" / "megatron").glob("*.log")))
+    else:
+        sample = "".join(
+            f"2026-12-01 10:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d} INFO train.py:212] step {i} | loss "
+            f"{4.0 / (1 + i / 500):.5f} | lr {3e-4 * min(1.0, i / 200):.3e} | "
+            f"grad_norm {0.5 + (i * 7919 % 1000) / 997:.4f} | tokens/s {51234 + i * 37 % 4096} | step_time {0.181 + (i * 31 % 97) / 9700:.4f} s\n"
+            for i in range(20000)).encode()
     size = mb << 20
     with open(path, "wb") as f:
         while f.tell() < size:
@@ -55,11 +64,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("-n", type=int, default=3, help="repetitions (medians)")
+    ap.add_argument("--megatron", action="store_true", help="use the Megatron fixture logs (adds live parsing)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         log = work / "big.log"
-        make_log(log, args.mb)
+        make_log(log, args.mb, args.megatron)
         env = dict(os.environ, LEDGER_DIR=str(work / "receipts"),
                    PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         ledger = f"{BIN / 'ledger'} record --telemetry-interval 0 --"
