@@ -38,7 +38,8 @@ def make_log(path: Path, mb: int, megatron: bool) -> None:
         sample = "".join(
             f"2026-12-01 10:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d} INFO train.py:212] step {i} | loss "
             f"{4.0 / (1 + i / 500):.5f} | lr {3e-4 * min(1.0, i / 200):.3e} | "
-            f"grad_norm {0.5 + (i * 7919 % 1000) / 997:.4f} | tokens/s {51234 + i * 37 % 4096} | step_time {0.181 + (i * 31 % 97) / 9700:.4f} s\n"
+            f"grad_norm {0.5 + (i * 7919 % 1000) / 997:.4f} | tokens/s {51234 + i * 37 % 4096} | "
+            f"step_time {0.181 + (i * 31 % 97) / 9700:.4f} s\n"
             for i in range(20000)).encode()
     size = mb << 20
     with open(path, "wb") as f:
