@@ -6,15 +6,19 @@ Two kinds of thread:
 * one **pump** per stream: ``os.read`` of up to 1 MiB (the pipe enlarged to 1 MiB), written to the terminal
   as is, then appended to a shared **spool** cut at its last newline (a line longer than
   :data:`MAX_LINE` is cut into pieces), so that the two streams interleave line by line. No per-line work.
-* one **writer**: takes batches of up to 1 MiB of whole lines from the spool, redacts them
+* one **writer**: takes batches of up to 64 KiB of whole lines from the spool, redacts them
   (:class:`ledger.redact.StreamRedactor`: a multi-line PEM block in one batch goes as a whole), appends them
   to ``output.log`` and hands the batch's lines (each at most :data:`MAX_LINE` bytes) to an optional
   ``consumer`` (log parsing).
 
 The spool is an anonymous temporary file used as a queue: the pumps never wait for the writer, memory stays
 bounded whatever the line length, and nothing unredacted is left behind when the wrapper dies (the file has
-no name). When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; a
-grandchild that keeps the pipes open after that no longer holds the wrapper (see :meth:`Tee.stop`).
+no name). While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that
+the child gets the CPU; the log catches up in pauses and at the end.
+
+When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
+child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
+wrapper (see :meth:`Tee.finish`).
 """
 
 from __future__ import annotations
@@ -25,14 +29,20 @@ import os
 import select
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 CHUNK = 1 << 20
-"""Bytes per read of a pipe and per batch of the writer."""
+"""Bytes per read of a pipe."""
+BATCH = 1 << 16
+"""Bytes per batch of the writer: regular expressions hold the GIL for a whole call, so the writer works in
+small batches and the pumps (hence the child) wait at most a few milliseconds for it."""
 MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
+DEFER_LIMIT = 1 << 30
+"""Backlog (bytes, on disk) up to which the writer defers to a child that writes fast."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
 _F_SETPIPE_SZ = 1031
@@ -50,6 +60,7 @@ class _Spool:
         self.fd = self.file.fileno()
         self.head = 0
         self.tail = 0
+        self.last_put = 0.0
         self.closed = False
         self.cond = threading.Condition()
 
@@ -59,6 +70,7 @@ class _Spool:
             while written < len(data):
                 written += os.pwrite(self.fd, data[written:], self.tail + written)
             self.tail += len(data)
+            self.last_put = time.monotonic()
             self.cond.notify()
 
     def close(self) -> None:
@@ -66,14 +78,21 @@ class _Spool:
             self.closed = True
             self.cond.notify()
 
+    def busy(self) -> bool:
+        """True while the child is writing fast (data came within the last few milliseconds) and the
+        backlog is below :data:`DEFER_LIMIT`: the writer then waits, leaving the CPU to the child."""
+        with self.cond:
+            return (not self.closed and time.monotonic() - self.last_put < 0.02
+                    and self.tail - self.head < DEFER_LIMIT)
+
     def take(self) -> bytes | None:
-        """Up to CHUNK bytes, waiting for some; None when closed and empty."""
+        """Up to BATCH bytes, waiting for some; None when closed and empty."""
         with self.cond:
             while self.head == self.tail and not self.closed:
                 self.cond.wait()
             if self.head == self.tail:
                 return None
-            head, size = self.head, min(CHUNK, self.tail - self.head)
+            head, size = self.head, min(BATCH, self.tail - self.head)
         data = os.pread(self.fd, size, head)
         with self.cond:
             self.head += len(data)
@@ -144,6 +163,8 @@ class Tee:
     def _write_loop(self) -> None:
         pending = b""
         while True:
+            while self.spool.busy():
+                time.sleep(0.01)
             data = self.spool.take()
             if data is None:
                 break
