@@ -218,12 +218,14 @@ def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
     for i, f in enumerate(table.schema):
         if pa.types.is_string(f.type):
             values = table.column(i).to_pylist()
-            cleaned = [None if v is None else redact(v) for v in values]
+            done = {v: redact(v) for v in set(values) if v is not None}  # phases, kinds: few distinct values
+            cleaned = [None if v is None else done[v] for v in values]
             if cleaned != values:
                 table = table.set_column(i, f, pa.array(cleaned, f.type))
         elif pa.types.is_map(f.type) and table.num_rows:
             rows = table.column(i).to_pylist()
-            cleaned_rows = [None if r is None else [(redact(k), v) for k, v in r] for r in rows]
+            keys = {k: redact(k) for r in rows if r is not None for k, _ in r}
+            cleaned_rows = [None if r is None else [(keys[k], v) for k, v in r] for r in rows]
             if cleaned_rows != rows:
                 table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
     return table
