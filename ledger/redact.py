@@ -362,8 +362,9 @@ def redact_json(data: Any, text: Callable[[str], str]) -> Any:
     return data
 
 
-_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+=_-][A-Za-z0-9+/=_-]{19,}")
-"""A token judged by entropy: base64 characters, not a path."""
+_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+=_][A-Za-z0-9+/=_]{19,}")
+"""A token judged by entropy: one word of base64 characters (not a path; no ``-`` or ``.``, which join the
+words of run names such as ``dsv3-671b-1024xH100-mtp-fp8-blockwise``)."""
 _FLAG = re.compile(r"--?[A-Za-z][\w.-]+")
 _FLAG_EQ = re.compile(r"(--?[A-Za-z][\w.-]+)=(.*)", re.S)
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@")
@@ -432,7 +433,8 @@ class Redactor:
     def label(self, value: str) -> str:
         """A run's name or a tag value: :meth:`text`, and a random-looking token is a secret whatever its
         shape (:func:`high_entropy`)."""
-        return REDACTED if high_entropy(value.strip()) else self.text(value)
+        token = value.strip()
+        return REDACTED if _ENTROPY_TOKEN.fullmatch(token) and high_entropy(token) else self.text(value)
 
     def tags(self, tags: Mapping[str, str]) -> dict[str, str]:
         """Tags with the values of secret-named keys and secret-looking values redacted."""
