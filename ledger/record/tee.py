@@ -136,13 +136,16 @@ class Tee:
             out_fd = None
         poller = select.poll()
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        os.set_blocking(fd, False)  # read while data flows; poll (and look at `stopping`) only when it does not
         carry = b""
         while True:
-            if not poller.poll(100):
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
                 if self.stopping.is_set():
                     break
+                poller.poll(100)
                 continue
-            chunk = os.read(fd, CHUNK)
             if not chunk:
                 break
             _emit(out, out_fd, chunk)
