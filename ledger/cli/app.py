@@ -141,7 +141,7 @@ def ls_cmd(ctx: click.Context, where: str | None, as_json: bool, ledger_path: Pa
     from ledger.report import console as render
     from ledger.store import reading
 
-    rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
+    rows = reading.list_receipts(ledger_from(ctx, ledger_path, must_exist=True), where)
     if as_json:
         echo_json(rows)
     else:
@@ -163,7 +163,7 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     from ledger.report import console as render
     from ledger.store import reading
 
-    receipt = reading.show(ledger_from(ctx, ledger_path), ref)
+    receipt = reading.show(ledger_from(ctx, ledger_path, must_exist=True), ref)
     if as_json:
         echo_json(receipt.model_dump(mode="json"))
     else:
@@ -189,7 +189,7 @@ def query(ctx: click.Context, sql: str, as_json: bool, timeout: float, ledger_pa
     from ledger.report import console as render
     from ledger.store import reading
 
-    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql, timeout)
+    table = reading.read_only_query(ledger_from(ctx, ledger_path, must_exist=True), sql, timeout)
     if as_json:
         echo_json(table.to_pylist())
     else:

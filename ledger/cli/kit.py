@@ -28,9 +28,17 @@ def ledger_option(f: F) -> F:
     )(f)
 
 
-def ledger_from(ctx: click.Context, path: Path | None) -> Ledger:
-    """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts."""
-    return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
+def ledger_from(ctx: click.Context, path: Path | None, must_exist: bool = False) -> Ledger:
+    """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts.
+    ``must_exist``: a ledger named with --ledger that does not exist is an error (a mistyped path), where
+    the default or $LEDGER_DIR not created yet is an empty ledger."""
+    explicit = path or ctx.find_root().params.get("ledger_path")
+    ledger = Ledger(ledger_dir(explicit))
+    if must_exist and explicit:
+        from ledger.store.reading import existing
+
+        existing(ledger)
+    return ledger
 
 
 def _json_default(value: Any) -> Any:

@@ -21,8 +21,8 @@ LIST_COLUMNS = (
 
 
 def existing(ledger: Ledger) -> Ledger:
-    """The ledger, when its directory exists: reading a ledger that is not there is a mistyped path, not an
-    empty ledger."""
+    """The ledger, when its directory exists: reading a ledger named explicitly (``--ledger DIR``) that is
+    not there is a mistyped path, not an empty ledger."""
     if not ledger.root.is_dir():
         raise BadInput(f"no ledger at {ledger.root}: check --ledger / $LEDGER_DIR (a ledger is created by the "
                        "first `ledger record`)")
@@ -31,7 +31,6 @@ def existing(ledger: Ledger) -> Ledger:
 
 def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, Any]]:
     """Summary rows of every receipt (oldest first), optionally filtered by a `--where` expression."""
-    existing(ledger)
     predicate = filters.parse(where) if where is not None else None
     cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
     with index.reader(ledger) as con:
@@ -49,7 +48,6 @@ def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, An
 
 def resolve_ref(ledger: Ledger, ref: str) -> str:
     """The id a ref names."""
-    existing(ledger)
     with index.reader(ledger) as con:
         return resolve(con, ref)
 
@@ -85,7 +83,6 @@ def read_only_query(ledger: Ledger, sql: str, timeout: float = QUERY_TIMEOUT_S) 
     after ``timeout`` seconds."""
     import threading
 
-    existing(ledger)
     with index.reader(ledger) as con:
         check_read_only(con, sql)
         timer = threading.Timer(timeout, con.interrupt)
