@@ -5,7 +5,7 @@
     ├── BadInput                     exit 2: the user's input is wrong; the message says how to fix it
     │   ├── UnknownRef               no receipt has that id prefix or name
     │   ├── AmbiguousRef             several receipts match; the message lists them
-    │   ├── InvalidRef               a ref with characters that are not allowed (paths, wildcards)
+    │   ├── InvalidRef               a ref that is empty, too long or has control characters
     │   ├── InvalidReceipt           a receipt file that fails validation; names the field
     │   ├── SchemaTooNew             a receipt written by a newer stackreceipt
     │   ├── QueryRefused             `ledger query` given a statement that writes

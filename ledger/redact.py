@@ -16,7 +16,8 @@ Rules, in order of strength:
 
 What "looks secret" means for a name (a variable, a key, a flag): it is split into word parts (``_``,
 ``-``, ``.``, camelCase), and one part contains TOKEN (not TOKENS/TOKENIZER: counts and tokenizers), KEY,
-SECRET, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, COOKIE or AUTH (not AUTHOR/AUTHORITY). Two exceptions
+SECRET, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, COOKIE or AUTH (not AUTHOR/AUTHORITY), or is PASS, PWD or
+PW. Two exceptions
 keep model hyper-parameters readable:
 
 * attention vocabulary: KEY directly after QUERY or before VALUE (``--num-key-value-heads``,
@@ -29,14 +30,23 @@ And for values: after a name whose only secret word is KEY or TOKEN, a plain num
 always redacted, numbers included (PINs). Over-redaction is preferred to a leak: ``KEYBOARD_LAYOUT`` is
 redacted, ``KMP_AFFINITY`` and ``NCCL_IB_HCA`` are not.
 
-Limit: :meth:`Redactor.text` is stateless, so a PEM block split over several calls (one log line at a
-time) only has its BEGIN line recognised; the key body lines are not secret-shaped on their own.
+4. detect-secrets' regular-expression plugins (``redact_rules.json``, exported by ``python -m ledger.redact``),
+   and quoted strings of high entropy (detect-secrets' base64 limit).
+
+Long texts (log batches) run rules 3-4 only on the lines that contain one of their guard words, so a plain
+log line costs a few substring searches. :class:`StreamRedactor` carries an open PEM block from one batch of
+the output log to the next.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 REDACTED = "<redacted>"
 """The placeholder every redacted value becomes."""
@@ -77,7 +87,7 @@ def _secret_words(name: str) -> set[str]:
         return set()
     found: set[str] = set()
     for i, part in enumerate(parts):
-        if _STRONG.search(part):
+        if _STRONG.search(part) or part in ("pass", "pwd", "pw", "pword"):
             found.add("strong")
         if "auth" in part and not _AUTHOR.fullmatch(part):
             found.add("auth")
@@ -123,40 +133,239 @@ def _name_value(m: re.Match[str]) -> str:
     return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
 
 
-_CONTEXT_WORDS = ("token", "key", "secret", "passw", "passphrase", "credential", "cookie", "auth", "bearer",
-                  "wandb")
-"""Every contextual rule below needs one of these words (in any case): a text without any, as most log lines
+_CONTEXT_WORDS = ("token", "key", "secret", "pass", "pwd", "credential", "cookie", "auth", "bearer", "wandb")
+"""Every contextual rule below needs one of these words (in any case): a line without any, as most log lines
 are, skips those rules."""
-_CONTEXT = "<a secret word>"
-"""The guard of contextual rules: decided once per text, by :data:`_CONTEXT_WORDS`."""
 
-_PATTERNS: tuple[tuple[str | None, re.Pattern[str], str | _Sub], ...] = (
-    # (guard: a substring the text must contain for the rule to apply, _CONTEXT, or None: always;
-    #  rule; replacement)
-    # PEM private keys (whole block; an unterminated block is cut at the end of the text)
-    ("-----BEGIN ", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE "
-                               r"KEY-----|\Z)", re.S), REDACTED),
+_Rule = tuple[re.Pattern[str], "str | _Sub", tuple[str, ...] | None]
+"""(pattern, replacement, guards): the rule runs only where one of the guards occurs (lower-case guards are
+looked for in the lower-cased text, others as they are); None: always, over the whole text."""
+
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+    r"|---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----.*?(?:---- END SSH2 ENCRYPTED PRIVATE KEY ----|\Z)", re.S)
+
+_WHOLE: tuple[_Rule, ...] = (
+    # PEM private keys (whole block, over lines; an unterminated block is cut at the end of the text)
+    (_PEM, REDACTED, ("-----begin ", "---- begin ")),
     # credentials in URLs: keep the scheme, drop user[:password]
-    ("://", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@")),
-    # provider token shapes: AWS access key ids, Hugging Face, GitHub, OpenAI/Anthropic, Slack
-    (None, re.compile(r"\b(?:(?:AKIA|ASIA)[0-9A-Z]{16}\b|hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}"
-                r"|github_pat_[A-Za-z0-9_]{22,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"),
-     REDACTED),
-    # Authorization headers, keeping the scheme word; then any remaining `Bearer xyz`
-    (_CONTEXT, re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?"
-                              r"(?:(?:bearer|basic|token|digest)\s+)?)[^\s\"',;]+"), _keep(1)),
-    (_CONTEXT, re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1)),
-    # W&B keys only in context: a bare 40-hex string is usually a git sha
-    (_CONTEXT, re.compile(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1)),
-    # --flag value / --flag=value in free text, and '--flag', 'value' in a printed list
-    (_CONTEXT, re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+|[\"']?\s*,\s*[\"']?)"
-                              r"(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value),
-    # NAME=value, NAME: value, "name": "value"
-    (_CONTEXT, re.compile(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
-                              r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"),
-     _name_value),
+    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@"), ("://",)),
+    # shapes detect-secrets has no plugin for: AWS ids, Hugging Face, GitHub fine-grained PATs, OpenAI/Anthropic
+    # `sk-`, Slack, Google API keys (each starts with a literal: the regex engine finds it fast in any text)
+    *((re.compile(p), REDACTED, None) for p in (
+        r"AKIA[0-9A-Z]{16}\b", r"ASIA[0-9A-Z]{16}\b", r"hf_[A-Za-z0-9]{30,}", r"gh[pousr]_[A-Za-z0-9]{30,}",
+        r"github_pat_[A-Za-z0-9_]{22,}", r"sk-[A-Za-z0-9_-]{20,}", r"xox[abprs]-[A-Za-z0-9-]{10,}",
+        r"AIza[0-9A-Za-z_-]{35}")),
 )
 
+_LINE: tuple[_Rule, ...] = (
+    # Authorization headers, keeping the scheme word; then any remaining `Bearer xyz`
+    (re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?)"
+                r"[^\s\"',;]+"), _keep(1), ("auth",)),
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1), ("bearer",)),
+    # W&B keys only in context: a bare 40-hex string is usually a git sha
+    (re.compile(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1), ("wandb",)),
+    # mysql -pSECRET (the password glued to -p), curl -u user:SECRET / --user user:SECRET
+    (re.compile(r"(\bmysql\w*\b[^\n]*?\s-p)(?!\s)[^\s\"']+"), _keep(1), ("mysql",)),
+    (re.compile(r"((?:\s|^)(?:-u\s*|--user[\s=]+)[\"']?[^\s:\"']*:)[^\s\"']+"), _keep(1), (" -u", "-u ", "--user")),
+    # --flag value / --flag=value in free text, and '--flag', 'value' in a printed list
+    (re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+|[\"']?\s*,\s*[\"']?)"
+                r"(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value, _CONTEXT_WORDS),
+    # NAME=value, NAME: value, "name": "value"
+    (re.compile(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
+                r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"),
+     _name_value, _CONTEXT_WORDS),
+    # high-entropy quoted strings (detect-secrets' Base64HighEntropyString: charset and limit)
+    (re.compile(r"([\"'])([A-Za-z0-9+/=_-]{20,})\1"), lambda m: _entropic(m, 2), ('"', "'")),
+)
+_NOT_HOT = ('"', "'")
+"""Guards that do not make a line of a long text hot on their own (quotes are everywhere in JSON logs): the
+entropy rule runs on short texts and on lines already hot for another reason."""
+_NOT_SECRET_WORDS = {"token": ("tokens", "tokeniz", "tokenis")}
+"""Occurrences of a guard word that do not make a line hot (token counts and tokenizers, as in looks_secret)."""
+
+SMALL_TEXT = 4096
+"""Texts up to this length go through every rule; longer ones (log batches) only through the lines where a
+rule's guard occurs, so that plain log lines cost a few substring searches per megabyte."""
+
+RULES_FILE = Path(__file__).with_name("redact_rules.json")
+"""detect-secrets' regular-expression plugins, exported by ``python -m ledger.redact`` (importing
+detect-secrets itself takes about 0.4 s, which every `ledger record` would pay; a test checks the export
+against the installed detect-secrets)."""
+
+RULE_GUARDS: dict[str, list[list[str] | None]] = {
+    # plugin class -> per pattern: the literal strings one of which every match contains (lower case: looked
+    # for case-insensitively), or None for patterns with a literal prefix (fast over any text by themselves)
+    "AWSKeyDetector": [["A3T", "ABIA", "ACCA", "AKIA", "ASIA"], ["aws"]],
+    "ArtifactoryDetector": [["AKC"], ["AP"]],
+    "AzureStorageKeyDetector": [None],
+    "BasicAuthDetector": [["://"]],
+    "CloudantDetector": [["key", "pwd", "pw", "pass", "token"], ["key", "pwd", "pw", "pass", "token"],
+                         ["cloudant"], ["cloudant"]],
+    "DiscordBotTokenDetector": [["discord", "bot"]],
+    "GitHubTokenDetector": [None],
+    "GitLabTokenDetector": [None, None, None, None, None, None, None],
+    "IbmCosHmacDetector": [["key"]],
+    "IbmCloudIamDetector": [["key", "pwd", "pass", "token"]],
+    "JwtTokenDetector": [["eyJ"]],
+    "MailchimpDetector": [["-us"]],
+    "NpmDetector": [None],
+    "OpenAIDetector": [None],
+    "PypiTokenDetector": [None, None],
+    "SendGridDetector": [None],
+    "SlackDetector": [["xox"], ["hooks.slack.com"]],
+    "SoftlayerDetector": [["key", "pwd", "pass", "token"], ["softlayer"]],
+    "SquareOAuthDetector": [None],
+    "StripeDetector": [["k_live_"]],
+    "TelegramBotTokenDetector": [["telegram", "bot"]],
+    "TwilioKeyDetector": [None, None],
+}
+"""The plugins used. Left out: PrivateKeyDetector (it flags the BEGIN line; the PEM rule above removes the
+whole block) and IPPublicDetector (an address is not a credential: MASTER_ADDR must stay readable)."""
+
+ENTROPY_LIMIT = 4.5
+"""detect-secrets' Base64HighEntropyString limit (bits per character). Hex strings are not judged by entropy:
+they are commit shas and digests; hex credentials are caught by name or by shape."""
+_ENTROPY_CHARSET = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/\\-_=")
+
+
+def shannon_entropy(data: str) -> float:
+    """Bits per character of ``data`` over the base64 charset (detect-secrets' formula)."""
+    if not data:
+        return 0.0
+    n = len(data)
+    return -sum(c / n * math.log2(c / n) for ch, c in Counter(data).items() if ch in _ENTROPY_CHARSET)
+
+
+def high_entropy(token: str) -> bool:
+    """True for a random-looking token: at least 20 base64 characters, letters and digits, above
+    :data:`ENTROPY_LIMIT`."""
+    return (len(token) >= 20 and any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+            and shannon_entropy(token) > ENTROPY_LIMIT)
+
+
+def _entropic(m: re.Match[str], group: int) -> str:
+    if not high_entropy(m.group(group)):
+        return m.group(0)
+    return m.group(0)[: m.start(group) - m.start(0)] + REDACTED + m.group(0)[m.end(group) - m.start(0):]
+
+
+def _plugin_sub(m: re.Match[str]) -> str:
+    """A detect-secrets match: the secret is its first group when that group is long (the keyword
+    patterns), else the whole match (token shapes whose first group is a prefix such as ``ghp``)."""
+    g = m.group(1) if m.re.groups else None
+    if g is not None and len(g) >= 16:
+        return m.group(0)[: m.start(1) - m.start(0)] + REDACTED + m.group(0)[m.end(1) - m.start(0):]
+    return REDACTED
+
+
+def export_rules() -> list[dict[str, Any]]:
+    """detect-secrets' regular-expression plugins as data (pattern, flags, guards), for :data:`RULES_FILE`."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+    out = []
+    mapping: dict[str, Any] = dict(get_mapping_from_secret_type_to_class())
+    plugins: list[Any] = [mapping[k] for k in sorted(mapping)]
+    for cls in plugins:
+        if cls.__name__ not in RULE_GUARDS:
+            continue
+        for pattern, guards in zip(cls().denylist, RULE_GUARDS[cls.__name__], strict=True):
+            out.append({"plugin": cls.__name__, "pattern": pattern.pattern, "flags": int(pattern.flags),
+                        "guards": guards})
+    return out
+
+
+def _load_rules() -> tuple[tuple[_Rule, ...], tuple[_Rule, ...]]:
+    whole: list[_Rule] = []
+    line: list[_Rule] = []
+    for item in json.loads(RULES_FILE.read_text()):
+        rule = (re.compile(item["pattern"], item["flags"]), _plugin_sub, None)
+        if item["guards"] is None:
+            whole.append(rule)
+        else:
+            line.append((rule[0], rule[1], tuple(item["guards"])))
+    return tuple(whole), tuple(line)
+
+
+def _one_pass(rules: tuple[_Rule, ...]) -> _Rule:
+    """Unguarded token-shape rules as one alternation: one scan of a long text instead of one per rule
+    (each match is redacted whole)."""
+    parts = []
+    for pattern, _, _ in rules:
+        body = re.sub(r"\((?!\?)", "(?:", pattern.pattern)  # no capturing groups
+        parts.append(f"(?i:{body})" if pattern.flags & re.IGNORECASE else f"(?:{body})")
+    return re.compile("|".join(parts)), REDACTED, None
+
+
+_PLUGIN_WHOLE, _PLUGIN_LINE = _load_rules()
+_ALL_WHOLE = _WHOLE[:2] + (_one_pass(_WHOLE[2:] + _PLUGIN_WHOLE),)
+_ALL_LINE = _LINE + _PLUGIN_LINE
+_GUARDS = {g for _, _, guards in _ALL_LINE for g in guards or ()} - set(_NOT_HOT)
+_LINE_GUARDS = sorted(g for g in _GUARDS if not any(o != g and o in g and o not in _NOT_SECRET_WORDS for o in _GUARDS))
+"""Every guard of a line rule, less those that contain a shorter one (``pwd`` is found by ``pw``)."""
+
+
+def _hit(guards: tuple[str, ...] | None, s: str, lower: str) -> bool:
+    """A guard with an upper-case letter is looked for as it is, any other in the lower-cased text."""
+    return guards is None or any(g in (s if g != g.lower() else lower) for g in guards)
+
+
+def _apply(rules: tuple[_Rule, ...], s: str) -> str:
+    lower = s.lower()
+    for pattern, replacement, guards in rules:
+        if _hit(guards, s, lower):
+            s = pattern.sub(replacement, s)
+            lower = s.lower()
+    return s
+
+
+def _hot_lines(s: str) -> list[tuple[int, int]]:
+    """The (start, end) spans of the lines of a long text in which a line rule's guard occurs, merged."""
+    lower = s.lower()
+    spans = []
+    for guard in _LINE_GUARDS:
+        hay = s if guard != guard.lower() else lower
+        skip = _NOT_SECRET_WORDS.get(guard, ())
+        i = hay.find(guard)
+        while i >= 0:
+            if skip and hay.startswith(skip, i):
+                i = hay.find(guard, i + len(guard))
+                continue
+            start = s.rfind("\n", 0, i) + 1
+            end = s.find("\n", i)
+            end = len(s) if end < 0 else end
+            spans.append((start, end))
+            i = hay.find(guard, end)
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def redact_json(data: Any, text: Callable[[str], str]) -> Any:
+    """A decoded JSON document with every string passed through ``text`` and every value under a
+    secret-looking key (:func:`secret_value`) replaced by :data:`REDACTED` (``{"seed_secret": 1234}``)."""
+    if isinstance(data, str):
+        return text(data)
+    if isinstance(data, list):
+        return [redact_json(v, text) for v in data]
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            key = text(str(k))
+            scalar = v if isinstance(v, str) else json.dumps(v)
+            out[key] = REDACTED if v is not None and secret_value(str(k), scalar) else redact_json(v, text)
+        return out
+    return data
+
+
+_ENTROPY_TOKEN = re.compile(r"[A-Za-z0-9+=_][A-Za-z0-9+/=_]{19,}")
+"""A token judged by entropy: one word of base64 characters (not a path; no ``-`` or ``.``, which join the
+words of run names such as ``dsv3-671b-1024xH100-mtp-fp8-blockwise``)."""
 _FLAG = re.compile(r"--?[A-Za-z][\w.-]+")
 _FLAG_EQ = re.compile(r"(--?[A-Za-z][\w.-]+)=(.*)", re.S)
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@")
@@ -173,12 +382,11 @@ class Redactor:
         self._extra_names = frozenset(n for n in extra_env if not n.endswith("*"))
         self._extra_prefixes = tuple(n[:-1] for n in extra_env if n.endswith("*"))
         self._secrets = {v for k, v in self._env.items() if len(v) >= MIN_SECRET_VALUE and looks_secret(k)}
-        self._values: re.Pattern[str] | None = None
+        self._ordered: list[str] = []
         self._compile()
 
     def _compile(self) -> None:
-        alternatives = "|".join(re.escape(v) for v in sorted(self._secrets, key=len, reverse=True))
-        self._values = re.compile(alternatives) if alternatives else None
+        self._ordered = sorted(self._secrets, key=len, reverse=True)
 
     def learn(self, value: str) -> None:
         """Treat ``value`` as a secret from now on: :meth:`text` replaces it wherever it appears (when it
@@ -208,15 +416,34 @@ class Redactor:
         return kept
 
     def text(self, s: str) -> str:
-        """``s`` with every secret-looking substring replaced by :data:`REDACTED`."""
-        if self._values is not None:
-            s = self._values.sub(REDACTED, s)
-        lower = s.lower()
-        context = any(word in lower for word in _CONTEXT_WORDS)
-        for guard, pattern, replacement in _PATTERNS:
-            if guard is None or (context if guard == _CONTEXT else guard in s):
-                s = pattern.sub(replacement, s)
-        return s
+        """``s`` with every secret-looking substring replaced by :data:`REDACTED` (multi-line blocks
+        included: a PEM key printed in one write goes as a whole)."""
+        for value in self._ordered:
+            if value in s:
+                s = s.replace(value, REDACTED)
+        s = _apply(_ALL_WHOLE, s)
+        if len(s) <= SMALL_TEXT:
+            return _apply(_ALL_LINE, s)
+        pieces, last = [], 0
+        for start, end in _hot_lines(s):
+            pieces += [s[last:start], _apply(_ALL_LINE, s[start:end])]
+            last = end
+        pieces.append(s[last:])
+        return "".join(pieces)
+
+    def label(self, value: str) -> str:
+        """A run's name or a tag value: :meth:`text`, and a random-looking token is a secret whatever its
+        shape (:func:`high_entropy`)."""
+        token = value.strip()
+        return REDACTED if _ENTROPY_TOKEN.fullmatch(token) and high_entropy(token) else self.text(value)
+
+    def tags(self, tags: Mapping[str, str]) -> dict[str, str]:
+        """Tags with the values of secret-named keys and secret-looking values redacted."""
+        return {self.text(k): REDACTED if secret_value(k, v) else self.label(v) for k, v in tags.items()}
+
+    def json(self, data: Any) -> Any:
+        """A JSON document (workload, config, SDK facts): see :func:`redact_json`."""
+        return redact_json(data, self.text)
 
     def argv(self, args: Sequence[str]) -> list[str]:
         """A command with the values of secret flags redacted (``--flag value`` and ``--flag=value``), then
@@ -225,18 +452,27 @@ class Redactor:
         the training output that echoes its own arguments is redacted too."""
         out: list[str] = []
         pending: str | None = None
+        mysql = bool(args) and Path(args[0]).name.startswith("mysql")
         for arg in args:
             if pending is not None:
                 flag, pending = pending, None
+                if flag in ("-u", "--user"):  # curl -u user:password
+                    user, colon, password = arg.partition(":")
+                    out.append(f"{self.text(user)}:{self._secret(password)}" if colon and password else self.text(arg))
+                    continue
                 if not arg.startswith("-") or _NUMBER.fullmatch(arg):
                     out.append(self._secret(arg) if secret_value(flag, arg) else self.text(arg))
                     continue
             eq = _FLAG_EQ.fullmatch(arg)
-            if eq and secret_value(eq.group(1), eq.group(2)):
+            if mysql and len(arg) > 2 and arg.startswith("-p") and not arg.startswith("--"):
+                out.append("-p" + self._secret(arg[2:]))
+            elif eq and secret_value(eq.group(1), eq.group(2)):
                 out.append(f"{eq.group(1)}={self._secret(eq.group(2))}")
-            elif not eq and _FLAG.fullmatch(arg) and looks_secret(arg):
+            elif arg in ("-u", "--user") or (not eq and _FLAG.fullmatch(arg) and looks_secret(arg)):
                 pending = arg
                 out.append(arg)
+            elif _ENTROPY_TOKEN.fullmatch(eq.group(2) if eq else arg) and high_entropy(eq.group(2) if eq else arg):
+                out.append(f"{eq.group(1)}={self._secret(eq.group(2))}" if eq else self._secret(arg))
             else:
                 out.append(self.text(arg))
         return out
@@ -251,4 +487,45 @@ class Redactor:
         return self.text(_USERINFO.sub(r"\1", u))
 
 
-__all__ = ["ALLOWED_NAMES", "ALLOWED_PREFIXES", "REDACTED", "Redactor", "looks_secret", "secret_value"]
+class StreamRedactor:
+    """Redacts a stream handed over in batches of whole lines (the output log): :meth:`Redactor.text` per
+    batch, and a PEM key block that a batch leaves open is redacted in the next ones up to its END line."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self.open_block = False
+
+    def feed(self, batch: str) -> str:
+        head = ""
+        if self.open_block:
+            end = _BLOCK_END.search(batch)
+            if end is None:
+                body = _BLOCK_BODY.match(batch)
+                cut = body.end() if body else 0
+                self.open_block = cut == len(batch)
+                head, batch = (REDACTED + "\n" if cut else ""), batch[cut:]
+            else:
+                head, batch = REDACTED, batch[end.end():]
+                self.open_block = False
+        out = self.redactor.text(batch)
+        blocks = _PEM.findall(batch)
+        if blocks and not _BLOCK_END.search(blocks[-1]):
+            self.open_block = True
+        return head + out
+
+
+_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|---- END SSH2 ENCRYPTED PRIVATE KEY ----")
+_BLOCK_BODY = re.compile(r"(?:[A-Za-z0-9+/=]*\r?\n|[\w-]+: [^\n]*\n)*")
+
+
+def _main() -> None:
+    """``python -m ledger.redact``: export detect-secrets' plugins into :data:`RULES_FILE`."""
+    RULES_FILE.write_text(json.dumps(export_rules(), indent=1) + "\n")
+    print(f"wrote {RULES_FILE}")
+
+
+__all__ = ["ALLOWED_NAMES", "ALLOWED_PREFIXES", "REDACTED", "Redactor", "StreamRedactor", "looks_secret",
+           "redact_json", "secret_value"]
+
+if __name__ == "__main__":
+    _main()

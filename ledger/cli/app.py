@@ -120,10 +120,13 @@ def record(
     from ledger.record.wrapper import RecordOptions
     from ledger.record.wrapper import record as run_record
     from ledger.store.links import resolve_links
+    from ledger.store.refs import check_name
 
     ledger = ledger_from(ctx, ledger_path)
     if not command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
+    if name is not None:
+        check_name(name)
     if attempt_of is None:
         from ledger.store.attempts import auto_link
 
@@ -171,7 +174,7 @@ def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, 
     from ledger.report import console as render
     from ledger.store import reading
 
-    rows = reading.list_receipts(ledger_from(ctx, ledger_path), where)
+    rows = reading.list_receipts(ledger_from(ctx, ledger_path, must_exist=True), where)
     if sort is not None:
         rows = reading.sort_rows(rows, sort, desc)
     elif desc:
@@ -201,7 +204,7 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     from ledger.report import console as render
     from ledger.store import reading
 
-    ledger = ledger_from(ctx, ledger_path)
+    ledger = ledger_from(ctx, ledger_path, must_exist=True)
     receipt = reading.show(ledger, ref)
     if as_json:
         echo_json(receipt.model_dump(mode="json"))
@@ -215,10 +218,12 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
 
 @cli.command()
 @click.argument("sql")
-@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects.")
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON objects (NaN and infinities as null).")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="S",
+              help="Interrupt the query after S seconds.")
 @ledger_option
 @click.pass_context
-def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None) -> None:
+def query(ctx: click.Context, sql: str, as_json: bool, timeout: float, ledger_path: Path | None) -> None:
     """Run one read-only SQL statement over the index.
 
     Views: receipts, steps, evals, routing, timing, events, telemetry (each has receipt_id).
@@ -230,7 +235,7 @@ def query(ctx: click.Context, sql: str, as_json: bool, ledger_path: Path | None)
     from ledger.report import console as render
     from ledger.store import reading
 
-    table = reading.read_only_query(ledger_from(ctx, ledger_path), sql)
+    table = reading.read_only_query(ledger_from(ctx, ledger_path, must_exist=True), sql, timeout)
     if as_json:
         echo_json(table.to_pylist())
     else:
@@ -284,6 +289,8 @@ def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) 
     if not results:
         click.echo("nothing to recover")
     index.try_sync(ledger, timeout=30)
+    if any(r.action == "failed" for r in results):
+        ctx.exit(1)  # those runs stay in staging; the line above says why
 
 
 def _register_plugins() -> None:

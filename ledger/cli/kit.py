@@ -5,6 +5,7 @@ Imports only click and the standard library at module level: `ledger --help` mus
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -32,11 +33,19 @@ def ledger_option(f: F) -> F:
     )(f)
 
 
-def ledger_from(ctx: click.Context, path: Path | None) -> Ledger:
-    """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts."""
+def ledger_from(ctx: click.Context, path: Path | None, must_exist: bool = False) -> Ledger:
+    """The ledger named by the command's --ledger, else the group's, else $LEDGER_DIR, else ./receipts.
+    ``must_exist``: a ledger named with --ledger that does not exist is an error (a mistyped path), where
+    the default or $LEDGER_DIR not created yet is an empty ledger."""
     from ledger.store.receipts import Ledger
 
-    return Ledger(ledger_dir(path or ctx.find_root().params.get("ledger_path")))
+    explicit = path or ctx.find_root().params.get("ledger_path")
+    ledger = Ledger(ledger_dir(explicit))
+    if must_exist and explicit:
+        from ledger.store.reading import existing
+
+        existing(ledger)
+    return ledger
 
 
 def facade_from(ctx: click.Context, path: Path | None) -> api.Ledger:
@@ -52,9 +61,23 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def json_safe(data: Any) -> Any:
+    """``data`` with NaN and infinities as null: JSON has no such numbers, and `ledger ... --json` must
+    print what any JSON parser reads."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    if isinstance(data, Decimal):
+        return json_safe(_json_default(data))
+    return data
+
+
 def echo_json(data: Any) -> None:
-    """Print JSON with stable key order."""
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=_json_default))
+    """Print JSON (strict: NaN and infinities are null) with stable key order."""
+    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False))
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:

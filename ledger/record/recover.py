@@ -27,7 +27,7 @@ class Recovered:
     """What recover did with one staging directory."""
 
     run_uuid: str
-    action: str  # published, running, skipped
+    action: str  # published, running, skipped, failed (kept in staging: the detail says why)
     receipt_id: str | None = None
     detail: str = ""
 
@@ -52,7 +52,10 @@ def recover(ledger: Ledger, staging: Path | None = None) -> list[Recovered]:
         ledger.ensure_writable()
     if root.is_dir():
         for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            results.append(_recover_one(ledger, run_dir))
+            try:
+                results.append(_recover_one(ledger, run_dir))
+            except Exception as exc:  # one staging directory never stops the recovery of the others
+                results.append(Recovered(run_dir.name, "failed", detail=f"{type(exc).__name__}: {exc}"))
     _remove_stale_tmp(ledger)
     return results
 

@@ -27,7 +27,7 @@ from subprocess import PIPE, Popen
 from typing import IO, TYPE_CHECKING, Any
 
 from ledger import __version__
-from ledger.errors import BadInput, LedgerError, LedgerNotWritable
+from ledger.errors import BadInput, LedgerNotWritable
 from ledger.store.faults import fault
 from ledger.store.index import try_sync
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
@@ -130,67 +130,10 @@ def process_alive(pid: int | None, start: str | None) -> bool:
     return state != "Z" and (start is None or current == start)
 
 
-class _Tee:
-    """Copies the child's two streams to the terminal as they come and, line by line and redacted, into
-    the run's log."""
-
-    def __init__(self, log_path: Path, redact: Any, outputs: tuple[IO[bytes], IO[bytes]]) -> None:
-        self.log = open(log_path, "a", encoding="utf-8", errors="replace")
-        self.redact = redact
-        self.outputs = outputs
-        self.lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
-        self.error: str | None = None
-
-    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
-        for stream, out in zip(streams, self.outputs, strict=True):
-            t = threading.Thread(target=self._pump, args=(stream, out), daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
-        fd = stream.fileno()
-        pending = b""
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            try:
-                out.write(chunk)
-                out.flush()
-            except (OSError, ValueError):
-                pass  # the terminal went away; keep logging
-            pending += chunk
-            if b"\n" in pending:
-                complete, pending = pending.rsplit(b"\n", 1)
-                self._write(complete + b"\n")
-        if pending:
-            self._write(pending + b"\n")
-        stream.close()
-
-    def _write(self, data: bytes) -> None:
-        text = "".join(self.redact(line) for line in data.decode("utf-8", "replace").splitlines(keepends=True))
-        with self.lock:
-            if self.error is not None:
-                return
-            try:
-                self.log.write(text)
-                self.log.flush()
-            except OSError as exc:  # a full disk must never stall the child's output
-                self.error = f"output.log: writing stopped: {exc.strerror or exc}"
-
-    def join(self) -> None:
-        for t in self.threads:
-            t.join()
-        try:
-            self.log.close()
-        except OSError as exc:
-            self.error = self.error or f"output.log: {exc.strerror or exc}"
-
-
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     """Run the command under the ledger and publish its receipt."""
-    from ledger.redact import Redactor
+    from ledger.record.tee import Tee
+    from ledger.redact import Redactor, StreamRedactor
 
     if not opts.command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
@@ -218,8 +161,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         "started_at": datetime.now(UTC).isoformat(),
         "command": redactor.argv(list(opts.command)),
         "cwd": str(opts.cwd),
-        "name": opts.name,
-        "tags": dict(opts.tags),
+        "name": redactor.label(opts.name) if opts.name else opts.name,
+        "tags": redactor.tags(opts.tags),
         "attempt": opts.attempt,
         "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
         "ledger_version": __version__,
@@ -249,24 +192,24 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     outputs = (opts.stdout or sys.stdout.buffer, err)
-    tee = _Tee(run_dir / LOG_FILE, redactor.text, outputs)
+    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed, outputs)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
     fault("running")
     try:
         returncode = child.wait()
-        tee.join()
+        ended = datetime.now(UTC)
+        tee_notes = tee.finish(child.pid)  # never waits for grandchildren that keep the pipes open
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    ended = datetime.now(UTC)
     with contextlib.suppress(OSError):  # in place, into the space reserved at launch: works on a full disk
         _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
     fault("finalizing")
     if sampler is not None:
         sampler.stop()
     notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]
-    notes += [(LOG_FILE, tee.error)] if tee.error else []
+    notes += [(LOG_FILE, n) for n in tee_notes]
     # a Megatron launch without the SDK: its metrics and workload come from the tee'd log
     from ledger.ingest.live import augment
 
@@ -291,7 +234,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
             receipt = job_receipt
         else:
             receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime_nodes)
-    except (LedgerError, OSError) as exc:
+    except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
         os.close(lock_fd)
         source = "" if staging == ledger.staging else f" --from {staging}"
         _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ledger.errors import BadInput
 from ledger.report import fmt
+from ledger.report.safe import markup, terminal
 
 if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
     from schemas import Receipt
@@ -26,7 +27,19 @@ SHORT_ID = 8
 """Hex characters of an id shown in tables: always whole (a unique prefix that `show` and `compare` take)."""
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any) -> Text:
+    """A table cell: user data, never markup, control characters visible."""
+    if value is None:
+        return Text("-")
+    if isinstance(value, float):
+        return Text(f"{value:.4g}")
+    if isinstance(value, dict):
+        return terminal(", ".join(f"{k}={v}" for k, v in value.items()))
+    return terminal(value)
+
+
+def _plain(value: Any) -> str:
+    """A table cell as plain text (rendered through :func:`ledger.report.safe.terminal`)."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -46,19 +59,19 @@ def _experts(r: dict[str, Any]) -> str:
 
 LS_COLUMNS: dict[str, Callable[[dict[str, Any]], str]] = {
     "id": lambda r: r["id"][:SHORT_ID],
-    "name": lambda r: _fmt(r["name"]),
+    "name": lambda r: _plain(r["name"]),
     "status": _status,
     "started": lambda r: (r["started_at"] or "-")[:16].replace("T", " "),
     "time": lambda r: fmt.duration(r["duration_s"]),
-    "attempt": lambda r: _fmt(r["attempt"]),
-    "steps": lambda r: _fmt(r["steps"]),
-    "loss": lambda r: _fmt(r["final_loss"]),
+    "attempt": lambda r: _plain(r["attempt"]),
+    "steps": lambda r: _plain(r["steps"]),
+    "loss": lambda r: _plain(r["final_loss"]),
     "tok/s": lambda r: fmt.si(r["tokens_per_s"]),
-    "precision": lambda r: _fmt(r["precision"]),
+    "precision": lambda r: _plain(r["precision"]),
     "experts": _experts,
-    "device": lambda r: _fmt(r["device"]),
-    "gpu": lambda r: _fmt(r["gpu_model"]),
-    "tags": lambda r: _fmt(r["tags"]),
+    "device": lambda r: _plain(r["device"]),
+    "gpu": lambda r: _plain(r["gpu_model"]),
+    "tags": lambda r: _plain(r["tags"]),
 }
 """`ledger ls --columns` names -> how a row shows in that column."""
 DEFAULT_LS_COLUMNS = ("id", "name", "status", "started", "time", "steps", "loss", "tok/s", "precision", "experts",
@@ -101,7 +114,7 @@ def receipts_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = N
             table.add_column(col, no_wrap=True, justify="right" if col in _RIGHT else "left",
                              min_width=SHORT_ID if col == "id" else None)
     for r in rows:
-        table.add_row(*(escape(LS_COLUMNS[c](r)) for c in columns))
+        table.add_row(*(terminal(LS_COLUMNS[c](r)) for c in columns))
     console.print(table)
     console.print(f"{len(rows)} receipt(s)")
 
@@ -116,14 +129,14 @@ def human(path: str, value: Any) -> str:
             return fmt.si(value, "tok/s" if leaf == "tokens_per_s" else "")
         if leaf.endswith("_s"):
             return fmt.duration(value)
-    return _fmt(value)
+    return _plain(value)
 
 
 def receipt(r: Receipt) -> None:
     """`ledger show`: bookkeeping first, then every non-empty field grouped by factor."""
-    console.print(f"[bold]{r.id}[/bold]  {escape(r.name or 'unnamed')}  \\[{r.status}]  exit {r.exit_code}")
+    console.print(f"[bold]{r.id}[/bold]  {markup(r.name or 'unnamed')}  {markup(f'[{r.status}]')}  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {fmt.duration(r.duration_s)}  attempt {r.attempt}")
-    console.print("command: " + " ".join(r.command))
+    console.print(Text("command: ") + terminal(" ".join(r.command)))
     from schemas import Factor, flatten, leaves
 
     flat = flatten(r)
@@ -141,23 +154,25 @@ def receipt(r: Receipt) -> None:
             continue
         table = Table(title=factor.value, title_justify="left", show_header=False, box=None)
         for path, value in items:
-            table.add_row(path, escape(human(path, value)))
+            table.add_row(path, terminal(human(path, value)))
         console.print(table)
     summary = Table(title="summary", title_justify="left", show_header=False, box=None)
     for key, value in r.summary.model_dump().items():
-        summary.add_row(key, escape(human(key, value)))
+        summary.add_row(key, terminal(human(key, value)))
     console.print(summary)
     files = Table("artifact", "rows", "bytes", "sha256", title="artifacts", title_justify="left")
     for a in r.artifacts:
-        files.add_row(escape(a.path), _fmt(a.rows), fmt.size(a.bytes), a.sha256[:16])
+        files.add_row(terminal(a.path), _fmt(a.rows), fmt.size(a.bytes), a.sha256[:16])
     console.print(files)
     for p in r.problems:
-        console.print(f"[yellow]problem[/yellow] {p.source}: {p.message}")
+        console.print(Text("problem ", style="yellow") + terminal(f"{p.source}: {p.message}"))
 
 
 def arrow_table(table: pa.Table) -> None:
     """`ledger query`."""
-    out = Table(*table.column_names)
+    out = Table()
+    for name in table.column_names:
+        out.add_column(_fmt(name))
     for row in table.slice(0, MAX_ROWS).to_pylist():
         out.add_row(*(_fmt(v) for v in row.values()))
     console.print(out)
@@ -178,14 +193,12 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
 def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any) -> None:
     """`ledger show`, after the receipt: every node's stack, differences between nodes, rank and node scores
     (``s``: :class:`ledger.analyses.stragglers.Stragglers`) and the time lost waiting on slower ranks."""
-    from rich.markup import escape
-
     if r.stack.nodes:
         table = Table("node", "host", "status", "ranks", "exit", "python", "torch", "NCCL", "driver", "packages",
                       "container", "code", "GPU", title="nodes", title_justify="left")
         for n in r.stack.nodes:
             code = (n.code_commit or "")[:10] + ("+" + n.code_digest[:8] if n.code_digest else "")
-            table.add_row(*(escape(_fmt(v)) for v in (
+            table.add_row(*(_fmt(v) for v in (
                 n.node_rank, n.hostname, n.status, ",".join(map(str, n.ranks)) or None, n.exit_code, n.python,
                 n.torch, n.drivers.nccl, n.drivers.gpu_driver, (n.packages_digest or "")[:12] or None,
                 (n.container_digest or "")[:19] or None, code or None,
@@ -193,9 +206,9 @@ def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any)
         console.print(table)
         for n in r.stack.nodes:
             if n.detail:
-                console.print(escape(f"node {n.node_rank}: {n.detail}"))
+                console.print(terminal(f"node {n.node_rank}: {n.detail}"))
     for factor, text in differences:
-        console.print(f"[yellow]nodes differ[/yellow] ({escape(str(factor))}) {escape(text)}")
+        console.print(Text("nodes differ", style="yellow") + terminal(f" ({factor}) {text}"))
     if s is None or len(s.ranks) < 2:
         return
     table = Table("rank", "node", "steps", "median work s", "relative", "individual",
@@ -203,11 +216,11 @@ def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any)
                   title_justify="left")
     for rs in s.ranks[:max(3, len(s.stragglers))]:
         node = f"{rs.node_rank} ({rs.hostname})" if rs.hostname else rs.node_rank
-        table.add_row(str(rs.rank), escape(_fmt(node)), str(rs.steps), f"{rs.median_s:.4g}",
+        table.add_row(str(rs.rank), _fmt(node), str(rs.steps), f"{rs.median_s:.4g}",
                       f"{rs.relative:.2f}", f"{rs.individual:.2f}")
     console.print(table)
     if len(s.nodes) > 1:
-        console.print("node scores (slowest rank's): " + escape(", ".join(
+        console.print("node scores (slowest rank's): " + markup(", ".join(
             f"node {n.node_rank} ({n.hostname}) {n.relative:.2f} (rank {n.slowest_rank})" for n in s.nodes)))
     if s.stragglers:
         console.print("[red]stragglers[/red] (score < " + f"{s.threshold:g}): " + ", ".join(

@@ -12,7 +12,6 @@ time axis for both) and the raw tables follow.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -27,6 +26,7 @@ from ledger.analyses.matched import curve
 from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
 from ledger.report import fmt, svg
 from ledger.report.goodput import timeline_svg
+from ledger.report.safe import xml
 
 A_COLORS = ("#1f5fa8", "#4b8fd6", "#86b6e8", "#0b3b6f")
 B_COLORS = ("#c8372d", "#e8743b", "#f0a65a", "#8a1c14")
@@ -60,7 +60,7 @@ SMOOTH_SHARE = 0.05
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return xml(text)
 
 
 def _verdict_class(verdict: str) -> str:

@@ -5,19 +5,20 @@ from __future__ import annotations
 from ledger.analyses.compare import Comparison
 from ledger.analyses.diff import summarize_change
 from ledger.report import fmt
+from ledger.report.safe import markdown, visible
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown(text)
 
 
 def render(c: Comparison) -> str:
     """The Markdown text."""
     lines = [
-        f"## `ledger compare`: {c.a.label} vs {c.b.label}",
+        f"## `ledger compare`: {_cell(c.a.label)} vs {_cell(c.b.label)}",
         "",
-        f"- **A**: {', '.join(r.label for r in c.runs_a)}",
-        f"- **B**: {', '.join(r.label for r in c.runs_b)}",
+        f"- **A**: {_cell(', '.join(r.label for r in c.runs_a))}",
+        f"- **B**: {_cell(', '.join(r.label for r in c.runs_b))}",
     ]
     if not c.comparable:
         lines.append("- **The tasks differ** (compared because `--allow-task-change` was given)")
@@ -41,7 +42,7 @@ def render(c: Comparison) -> str:
         if row.reason:
             verdict += f" ({_cell(row.reason)})"
         lines.append(
-            f"| {'**' + row.name + '**' if row.headline else row.name} | {fmt.value(row.a, row.unit)}"
+            f"| {'**' + _cell(row.name) + '**' if row.headline else _cell(row.name)} | {fmt.value(row.a, row.unit)}"
             f"{fmt.within(row.ci_a, row.a)} | {fmt.value(row.b, row.unit)}{fmt.within(row.ci_b, row.b)} | "
             f"{fmt.delta(row.delta, row.unit)} | {fmt.ratio(row.ratio)} | {fmt.ci(row)} | {fmt.p(row.p_value)} | "
             f"{fmt.runs(row)} | {fmt.threshold(row)} | {verdict} |")
@@ -74,9 +75,11 @@ def render(c: Comparison) -> str:
     if c.missing:
         lines += ["### Missing ablation runs", ""]
         for m in c.missing:
-            lines.append(f"- {m.description}")
-            lines += ["", "  ```sh", f"  {m.command}", "  ```", ""] if m.command else [f"  ({_cell(m.how)})"]
-    replicate_steps = [s for s in c.next_steps if s not in {m.command for m in c.missing}]
+            lines.append(f"- {_cell(m.description)}")
+            command = visible(m.command).replace("```", "` ` `")  # never closes the fence
+            lines += ["", "  ```sh", f"  {command}", "  ```", ""] if m.command else [f"  ({_cell(m.how)})"]
+    ablations = {m.command for m in c.missing}
+    replicate_steps = [visible(s).replace("```", "` ` `") for s in c.next_steps if s not in ablations]
     if replicate_steps:
         lines += ["### Next steps: get the evidence", "", "```sh", *replicate_steps, "```", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -6,13 +6,14 @@ heatmaps. Every text is escaped; every chart has a ``<title>`` for accessibility
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from ledger.report.safe import xml
 
 MAX_POINTS = 1200
 """Points per series in a line chart (evenly spaced indices, first and last kept)."""
@@ -46,7 +47,7 @@ class Band:
 
 
 def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+    return xml(text)
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:

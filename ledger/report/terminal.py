@@ -10,6 +10,7 @@ from rich.text import Text
 from ledger.analyses.compare import Comparison
 from ledger.analyses.diff import summarize_change
 from ledger.report import fmt
+from ledger.report.safe import markup, terminal
 
 VERDICT_STYLE = {
     "better": "bold green",
@@ -27,14 +28,14 @@ VERDICT_STYLE = {
 def render(c: Comparison, console: Console | None = None) -> None:
     """Print the comparison."""
     out = console or Console()  # piped output follows $COLUMNS like a terminal
-    out.print(Text("A ", style="bold") + Text(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
-    out.print(Text("B ", style="bold") + Text(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
+    out.print(Text("A ", style="bold") + terminal(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
+    out.print(Text("B ", style="bold") + terminal(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
     if not c.comparable:
         out.print("[bold red]the tasks differ[/bold red] (compared because --allow-task-change was given)")
     for note in c.notes:
-        out.print(Text("note ", style="yellow") + Text(note))
+        out.print(Text("note ", style="yellow") + terminal(note))
     for problem in c.problems:
-        out.print(Text("problem ", style="red") + Text(problem))
+        out.print(Text("problem ", style="red") + terminal(problem))
 
     out.rule("what changed, by factor")
     if not c.diff.changed:
@@ -42,10 +43,10 @@ def render(c: Comparison, console: Console | None = None) -> None:
     for factor, changes in c.diff.changed.items():
         out.print(f"[bold]{factor}[/bold]")
         for ch in changes:
-            out.print(Text(f"  {ch.path}: {summarize_change(ch.path, ch.a, ch.b)}"))
-    out.print(f"[dim]unchanged: {', '.join(c.diff.unchanged) or '-'}[/dim]")
+            out.print(terminal(f"  {ch.path}: {summarize_change(ch.path, ch.a, ch.b)}"))
+    out.print(f"[dim]unchanged: {markup(', '.join(c.diff.unchanged) or '-')}[/dim]")
     if c.diff.record:
-        out.print(Text("bookkeeping (shown, never a cause): " + "; ".join(
+        out.print(terminal("bookkeeping (shown, never a cause): " + "; ".join(
             f"{ch.path}: {summarize_change(ch.path, ch.a, ch.b, 40)}" for ch in c.diff.record), style="dim"))
 
     out.rule("metrics")
@@ -62,7 +63,7 @@ def render(c: Comparison, console: Console | None = None) -> None:
         verdict = Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, ""))
         if row.reason:
             verdict.append(f" [{reasons.setdefault(row.reason, len(reasons) + 1)}]", style="dim")
-        name = Text(("* " if row.headline else "  ") + row.name)
+        name = terminal(("* " if row.headline else "  ") + row.name)
         table.add_row(name, *(Text(x) for x in (
             fmt.value(row.a, row.unit) + fmt.within(row.ci_a, row.a), fmt.value(row.b, row.unit)
             + fmt.within(row.ci_b, row.b), fmt.delta(row.delta, row.unit), fmt.ratio(row.ratio), fmt.ci(row),
@@ -106,9 +107,9 @@ def render(c: Comparison, console: Console | None = None) -> None:
     if c.missing:
         out.rule("missing ablation runs")
         for m in c.missing:
-            out.print(Text(f"- {m.description}"))
+            out.print(terminal(f"- {m.description}"))
             if m.command:
-                out.print(Text("  $ ", style="green") + Text(m.command), soft_wrap=True)
+                out.print(Text("  $ ", style="green") + terminal(m.command), soft_wrap=True)
             else:
                 out.print(Text(f"  {m.how}", style="dim"))
     replicate_steps = [s for s in c.next_steps if s not in {m.command for m in c.missing}]

@@ -3,8 +3,9 @@
 It holds one summary row per receipt (``receipts``) and the metric tables themselves (``steps``,
 ``evals``, ``routing``, ``timing``, ``events``, ``telemetry``, each with a ``receipt_id`` column), because
 querying thousands of Parquet files by glob is slow (DESIGN.md). DuckDB allows one writing process per
-file: publishers sync only if the lock comes free within a short wait; readers wait longer, and the
-first reader after a busy period brings the index up to date. Deleting ``index.duckdb`` loses nothing.
+file: publishers sync only if the lock comes free within a short wait; readers wait a little longer, and
+the first reader after a busy period brings the index up to date; a reader that cannot get the lock within
+a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duckdb`` loses nothing.
 """
 
 from __future__ import annotations
@@ -291,13 +292,25 @@ def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) 
         return sync(ledger, con, progress)
 
 
+READER_LOCK_WAIT_S = 2.0
+"""How long a reader waits for the index lock, twice at most (to sync, then to open the synced index)."""
+
+
 @contextmanager
-def reader(ledger: Ledger, timeout: float = 60.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A synced, read-only connection (no writes, no access to files outside the index)."""
+def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A synced, read-only connection (no writes, no access to files outside the index).
+
+    DuckDB lets one process write a file and no process read it meanwhile. A reader waits ``timeout`` for
+    the lock (to sync, then again to open); when writers keep it busy longer, it reads the receipt files
+    themselves into an in-memory index (every receipt verified, as a sync does), says so on stderr and
+    never waits more than twice ``timeout``."""
     if ledger.root.is_dir():
-        with writable(ledger, timeout) as con:
-            sync(ledger, con)
-        con = _connect(ledger.index_path, timeout, read_only=True)
+        try:
+            with writable(ledger, timeout) as con:
+                sync(ledger, con)
+            con = _connect(ledger.index_path, timeout, read_only=True)
+        except IndexBusy:
+            con = _from_files(ledger)
     else:
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -305,6 +318,19 @@ def reader(ledger: Ledger, timeout: float = 60.0) -> Iterator[duckdb.DuckDBPyCon
         yield con
     finally:
         con.close()
+
+
+def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:
+    """An in-memory index of the ledger built from its files, then closed to the file system."""
+    import sys
+
+    sys.stderr.write(f"ledger: the index {ledger.index_path} is busy (another process writes it); reading the "
+                     "receipt files directly\n")
+    con = duckdb.connect(":memory:")
+    _ensure_schema(con)
+    sync(ledger, con)
+    con.execute("SET enable_external_access = false")
+    return con
 
 
 def query(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:

@@ -57,6 +57,8 @@ STREAM_SUFFIX = ".arrows"
 JSONL_SUFFIX = ".jsonl"
 
 ID_RE = re.compile(r"^[0-9a-f]{64}$")
+_RANK_RE = re.compile(r"rank-([0-9]{1,9})", re.ASCII)
+"""ASCII digits only: ``str.isdigit`` accepts ``¹`` and other characters ``int`` refuses."""
 
 
 def ledger_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -76,9 +78,8 @@ def rank_of_dir(name: str) -> int | None:
     """Inverse of :func:`rank_dir`'s last component; None for directories that are not rank dirs."""
     if name == WRAPPER_RANK_DIR:
         return -1
-    if name.startswith("rank-") and name[5:].isdigit():
-        return int(name[5:])
-    return None
+    m = _RANK_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 def is_receipt_dir(path: Path) -> bool:

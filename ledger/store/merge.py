@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Container, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -21,6 +22,8 @@ from schemas import Problem
 from schemas.tables import EXTRA, TABLES
 
 MAX_LINES_LISTED = 10
+MAX_LINE_BYTES = 1 << 20
+"""A JSON line longer than this (1 MiB) is not a metric row: it is skipped and reported."""
 
 
 def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
@@ -46,18 +49,52 @@ def read_table(run_dir: Path, name: str, ranks: Container[int] | None = None) ->
             continue
         stream = directory / f"{name}{STREAM_SUFFIX}"
         if stream.exists():
-            table, problem = _read_stream(stream, schema, run_dir)
-            parts.append(table)
-            if problem:
-                problems.append(problem)
+            with _contained(stream, run_dir, problems):
+                table, problem = _read_stream(stream, schema, run_dir)
+                parts.append(table)
+                if problem:
+                    problems.append(problem)
         lines = directory / f"{name}{JSONL_SUFFIX}"
         if lines.exists():
-            table, bad = _read_jsonl(lines, schema, rank, run_dir)
-            parts.append(table)
-            problems.extend(bad)
+            with _contained(lines, run_dir, problems):
+                table, bad = _read_jsonl(lines, schema, rank, run_dir)
+                parts.append(table)
+                problems.extend(bad)
     if not parts:
         return schema.empty_table(), problems
     return pa.concat_tables(parts), problems
+
+
+@contextmanager
+def _contained(path: Path, root: Path, problems: list[Problem]) -> Iterator[None]:
+    """Whatever one rank's file holds, the rest of the run is kept: an error nobody foresaw while reading
+    it becomes a problem naming the file, and the file's rows are left out."""
+    try:
+        yield
+    except Exception as exc:  # the last line of defence: a training run is never lost to its own output
+        problems.append(Problem(source=_rel(path, root),
+                                message=f"unreadable ({type(exc).__name__}: {_first_line(exc)}); file left out"))
+
+
+def clean_text(value: str) -> str:
+    """``value`` as valid Unicode: lone surrogates (``"\\ud800"`` in JSON) become U+FFFD, since neither
+    Arrow nor a UTF-8 file can hold them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return value
+
+
+def clean_json(data: Any) -> Any:
+    """:func:`clean_text` applied to every string (keys included) of a decoded JSON document."""
+    if isinstance(data, str):
+        return clean_text(data)
+    if isinstance(data, list):
+        return [clean_json(v) for v in data]
+    if isinstance(data, dict):
+        return {clean_text(str(k)): clean_json(v) for k, v in data.items()}
+    return data
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -86,8 +123,9 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
                         batch = reader.read_next_batch()
                     except StopIteration:
                         break
+                    batch.validate(full=True)  # offsets and UTF-8 of garbage that parsed as a batch
                     batches.append(_widen(batch, schema) if older else batch)
-            except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 rows = sum(b.num_rows for b in batches)
                 problem = Problem(
                     source=_rel(path, root),
@@ -125,12 +163,15 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
     known = set(columns)
     bad: list[tuple[int, str]] = []
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(_lines(f), start=1):
+            if raw is None:
+                bad.append((lineno, f"longer than {MAX_LINE_BYTES} bytes"))
+                continue
             if not raw.strip():
                 continue
             try:
-                row = _coerce_row(json.loads(raw), schema, known, rank)
-            except (ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+                row = _coerce_row(clean_json(json.loads(raw)), schema, known, rank)
+            except (ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError) as exc:
                 bad.append((lineno, _first_line(exc)))
                 continue
             for key, value in row.items():
@@ -144,6 +185,21 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
             Problem(source=_rel(path, root), message=f"{len(bad)} malformed line(s) skipped: {listed}{more}")
         )
     return table, problems
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | None]:
+    """The lines of a file, each read with a bounded buffer: a line longer than :data:`MAX_LINE_BYTES`
+    is skipped (None) without ever being held in memory whole."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(1 << 20)
+            yield None
+            continue
+        yield raw
 
 
 def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict[str, Any]:
@@ -206,8 +262,8 @@ def read_json(path: Path) -> tuple[dict[str, Any] | None, Problem | None]:
     if not path.exists():
         return None, None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = clean_json(json.loads(path.read_bytes()))
+    except (OSError, ValueError, RecursionError) as exc:
         return None, Problem(source=path.name, message=f"unreadable: {_first_line(exc)}")
     if not isinstance(data, dict):
         return None, Problem(source=path.name, message="expected a JSON object")

@@ -147,7 +147,7 @@ def _workload(run_dir: Path, problems: list[Problem], redact: Redact) -> Workloa
         problems.append(problem)
     if not isinstance(data, dict) or not data:
         return workload
-    arguments = {redact(str(k)): redact(str(v)) for k, v in data.items()}
+    arguments = {str(k): str(v) for k, v in _redact_json(data, redact).items()}
     return workload.model_copy(update={"arguments": arguments})
 
 
@@ -233,25 +233,24 @@ def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
     for i, f in enumerate(table.schema):
         if pa.types.is_string(f.type):
             values = table.column(i).to_pylist()
-            cleaned = [None if v is None else redact(v) for v in values]
+            done = {v: redact(v) for v in set(values) if v is not None}  # phases, kinds: few distinct values
+            cleaned = [None if v is None else done[v] for v in values]
             if cleaned != values:
                 table = table.set_column(i, f, pa.array(cleaned, f.type))
         elif pa.types.is_map(f.type) and table.num_rows:
             rows = table.column(i).to_pylist()
-            cleaned_rows = [None if r is None else [(redact(k), v) for k, v in r] for r in rows]
+            keys = {k: redact(k) for r in rows if r is not None for k, _ in r}
+            cleaned_rows = [None if r is None else [(keys[k], v) for k, v in r] for r in rows]
             if cleaned_rows != rows:
                 table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
     return table
 
 
 def _redact_json(data: Any, redact: Redact) -> Any:
-    if isinstance(data, str):
-        return redact(data)
-    if isinstance(data, list):
-        return [_redact_json(v, redact) for v in data]
-    if isinstance(data, dict):
-        return {redact(str(k)): _redact_json(v, redact) for k, v in data.items()}
-    return data
+    """Every string through ``redact``, and values under secret-named keys dropped (``seed_secret``)."""
+    from ledger.redact import redact_json
+
+    return redact_json(data, redact)
 
 
 Amend = Callable[[Receipt, dict[str, pa.Table]], Receipt]

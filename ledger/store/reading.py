@@ -41,6 +41,15 @@ def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool = False)
     return sorted(present, key=lambda r: r[key], reverse=descending) + missing
 
 
+def existing(ledger: Ledger) -> Ledger:
+    """The ledger, when its directory exists: reading a ledger named explicitly (``--ledger DIR``) that is
+    not there is a mistyped path, not an empty ledger."""
+    if not ledger.root.is_dir():
+        raise BadInput(f"no ledger at {ledger.root}: check --ledger / $LEDGER_DIR (a ledger is created by the "
+                       "first `ledger record`)")
+    return ledger
+
+
 def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, Any]]:
     """Summary rows of every receipt (oldest first), optionally filtered by a `--where` expression."""
     predicate = filters.parse(where) if where is not None else None
@@ -86,11 +95,25 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         raise QueryRefused(f"only SELECT statements are allowed; this is {statements[0].type.name}")
 
 
-def read_only_query(ledger: Ledger, sql: str) -> pa.Table:
-    """Run one SELECT over the index on a read-only connection without file-system access."""
+QUERY_TIMEOUT_S = 60.0
+"""Default limit of `ledger query` (``--timeout``): DuckDB is interrupted after it."""
+
+
+def read_only_query(ledger: Ledger, sql: str, timeout: float = QUERY_TIMEOUT_S) -> pa.Table:
+    """Run one SELECT over the index on a read-only connection without file-system access; interrupted
+    after ``timeout`` seconds."""
+    import threading
+
     with index.reader(ledger) as con:
         check_read_only(con, sql)
+        timer = threading.Timer(timeout, con.interrupt)
+        timer.start()
         try:
             return con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
+        except (duckdb.InterruptException, duckdb.Error) as exc:
+            interrupted = timer.finished.is_set() and "interrupt" in str(exc).lower()
+            if isinstance(exc, duckdb.InterruptException) or interrupted:
+                raise QueryRefused(f"query interrupted after {timeout:g} s (raise --timeout or narrow it)") from exc
             raise QueryRefused(f"query failed: {str(exc).splitlines()[0]}") from exc
+        finally:
+            timer.cancel()

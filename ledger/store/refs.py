@@ -8,18 +8,31 @@ import duckdb
 
 from ledger.errors import AmbiguousRef, DamagedReceipt, InvalidRef, UnknownRef
 
-REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+=@-]{0,199}$")
+MAX_REF = 200
 MIN_PREFIX = 4
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def check_ref(ref: str) -> str:
-    """A ref is an id, a prefix or a name made of safe characters: never a path or a pattern."""
-    if not REF_RE.match(ref) or ".." in ref:
+    """A ref is an id, an id prefix or a name. Any name is a ref — ``a/b``, ``[/x]``, ``run 1``, ``实验`` —
+    because a ref is only ever compared with SQL parameters, never used as a path or a pattern; names
+    with control characters are refused when recorded (:func:`check_name`), so no ref needs one."""
+    if not ref or len(ref) > MAX_REF or _CONTROL.search(ref):
         raise InvalidRef(
-            f"invalid ref {ref!r}: use an id, an id prefix or a name "
-            "(letters, digits and . _ : + = @ -; no '/', no '..', no wildcards)"
+            f"invalid ref {ref!r}: use an id, an id prefix or a name (1 to {MAX_REF} characters, no control "
+            "characters)"
         )
     return ref
+
+
+def check_name(name: str) -> str:
+    """A run's name as given to ``--name``: usable as a ref (see :func:`check_ref`)."""
+    if not name or len(name) > MAX_REF or _CONTROL.search(name):
+        raise InvalidRef(
+            f"--name {name!r}: a name is also a ref, so it must be 1 to {MAX_REF} characters without control "
+            "characters (newlines, tabs, escape sequences); e.g. --name 'fp8 grouped/run-2'"
+        )
+    return name
 
 
 def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> str:

@@ -21,11 +21,16 @@ def resolve_any(ledger: Ledger, ref: str) -> str:
 
 
 def verify_ledger(ledger: Ledger, ref: str | None = None) -> tuple[int, list[Finding]]:
-    """(receipts checked, findings) for one ref or every receipt of the ledger."""
+    """(receipts checked, findings) for one ref or every receipt of the ledger: the files against their
+    digests, then the index against the files (rows of every table, the receipts row, the damaged list)."""
     ids = [resolve_any(ledger, ref)] if ref else ledger.ids()
     if ref is None and not ledger.root.is_dir():
         raise UnknownRef(f"no ledger at {ledger.root}")
     findings: list[Finding] = []
     for receipt_id in ids:
         findings.extend(verify_receipt(ledger, receipt_id))
+    from ledger.store.agreement import index_findings
+
+    with index.reader(ledger) as con:  # the index is derived: it must say what the files say
+        findings.extend(index_findings(ledger, con, ids))
     return len(ids), findings

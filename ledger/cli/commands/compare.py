@@ -87,8 +87,12 @@ def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], all
                        "e.g. ledger compare baseline bf16")
     options = CompareOptions(allow_task_change, Settings(alpha=alpha, n_boot=n_boot, seed=seed, noise=noise),
                              replicates=not no_replicates, noise_floor=not no_floor)
-    with index.reader(ledger_from(ctx, ledger_path)) as con:
+    from ledger.store.agreement import check_involved
+
+    ledger = ledger_from(ctx, ledger_path)
+    with index.reader(ledger) as con:
         result = compare(con, sides[0], sides[1], options)
+        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
         if html_out is not None:
             from ledger.analyses.goodput_index import of_sides
             from ledger.report.html import report as html_report

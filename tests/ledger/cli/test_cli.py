@@ -63,8 +63,8 @@ def test_ls_show_and_where(two_runs, ledger_cli) -> None:
     ("args", "message"),
     [
         (["show", "nope"], "no receipt has the id prefix or name 'nope'"),
-        (["show", "../x"], "invalid ref"),
-        (["show", "a/b"], "invalid ref"),
+        (["show", "../x"], "no receipt has the id prefix or name '../x'"),  # a name, compared as data
+        (["show", "a\nb"], "invalid ref"),
         (["ls", "--where", "bogus.field=1"], "unknown field 'bogus.field'"),
         (["ls", "--where", "name"], "expected KEY OP VALUE"),
         (["query", "DELETE FROM receipts"], "only SELECT statements are allowed"),

@@ -89,3 +89,40 @@ def test_wrapper_killed_at_each_phase(phase: str, ledger_cli, ledger_dir, worklo
     assert indexed == [{"id": rid, "steps": steps}]
     rows = json.loads(ledger_cli("query", "--json", "SELECT count(*) AS n FROM steps").stdout)
     assert rows == [{"n": steps}]
+
+
+def test_odd_rank_dirs_and_lone_surrogates_never_lose_a_successful_run(ledger_cli, ledger_dir, workload) -> None:
+    script = workload(
+        """
+import os
+run_dir = os.environ["LEDGER_RUN_DIR"]
+os.mkdir(os.path.join(run_dir, "rank-\\u00b9"))
+os.makedirs(os.path.join(run_dir, "rank-00007"))
+with open(os.path.join(run_dir, "rank-00007", "events.jsonl"), "w") as f:
+    f.write('{"time": 1.0, "kind": "\\\\ud800", "detail": "x\\\\udfff"}\\n')
+with open(os.path.join(run_dir, "rank-00007", "timing.arrows"), "wb") as f:
+    f.write(b"\\xff\\xff\\xff\\xff" + os.urandom(200))
+""",
+        steps=3,
+    )
+    proc = ledger_cli("record", "--name", "odd", "--", "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    (rid,) = ids_in(ledger_dir)
+    r = load_receipt(ledger_dir, rid)
+    assert r["status"] == "succeeded" and r["summary"]["steps"] == 3
+    assert any(p["source"] == "rank-00007/timing.arrows" for p in r["problems"])
+    kinds = ledger_cli("query", "--json", "SELECT kind FROM events WHERE rank = 7", check=True).stdout
+    assert "\\ufffd" in kinds  # the surrogate became U+FFFD, the row was kept
+
+
+def test_grandchild_holding_the_pipes_does_not_hold_the_wrapper(ledger_cli, ledger_dir, tmp_path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    proc = ledger_cli("record", "--name", "gc", "--", "bash", "-c", f"sleep 600 & echo $! > {pid_file}; echo started")
+    assert proc.returncode == 0, proc.stderr
+    pid = int(pid_file.read_text())
+    _wait_gone(pid)  # terminated by the wrapper (else this waits 30 s and fails)
+    (rid,) = ids_in(ledger_dir)
+    r = load_receipt(ledger_dir, rid)
+    assert r["duration_s"] < 60  # the child's own life, not the grandchild's
+    assert any("still ran" in p["message"] and "terminated" in p["message"] for p in r["problems"])
+    assert "started" in (ledger_dir / rid / "output.log").read_text()

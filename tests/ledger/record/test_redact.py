@@ -200,3 +200,35 @@ def test_a_planted_secret_never_survives_argv(
     out = Redactor({name: token}).argv(args)
     assert len(out) == len(args)
     assert not any(token in arg for arg in out)
+
+
+def test_rules_file_is_the_installed_detect_secrets_export() -> None:
+    import json
+
+    from ledger.redact import RULES_FILE, export_rules
+
+    assert json.loads(RULES_FILE.read_text()) == export_rules(), "run: python -m ledger.redact"
+
+
+@given(st.text(alphabet=string.ascii_letters + string.digits + "+/=_-", min_size=1, max_size=60))
+@settings(max_examples=50)
+def test_entropy_is_detect_secrets_formula(token: str) -> None:
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+
+    from ledger.redact import shannon_entropy
+
+    assert shannon_entropy(token) == pytest.approx(Base64HighEntropyString().calculate_shannon_entropy(token))
+
+
+@pytest.mark.parametrize("name", ["dsv3-671b-1024xH100-mtp-fp8-blockwise", "mixtral-8x7b-capacity1.25-topk2-zloss1e-3",
+                                  "/data/shards/Zk3xQ9vB2mL7pN4rT8sW1yA6/part-0001.bin"])
+def test_run_names_and_paths_are_not_judged_by_entropy(name: str) -> None:
+    r = Redactor({})
+    assert r.label(name) == name and r.argv(["python", "train.py", name]) == ["python", "train.py", name]
+
+
+def test_random_tokens_are_judged_by_entropy() -> None:
+    token = "xK9vB2mQ7pL4nR8sT1wY6zA3cD5eF0gH"
+    r = Redactor({})
+    assert r.label(token) == REDACTED and r.argv(["train.py", token]) == ["train.py", REDACTED]
+    assert r.text(f'key "{token}" set') == f'key "{REDACTED}" set'

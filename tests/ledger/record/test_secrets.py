@@ -76,3 +76,134 @@ run.set_workload({{"data": {{"paths": [config.splitlines()[2].split(": ", 1)[1]]
     assert "<redacted>" in " ".join(r["command"])
     assert "<redacted>" in (ledger_dir / r["id"] / "output.log").read_text()
     assert r["workload"]["data"]["paths"] == ["https://<redacted>@data.example/shards"]
+
+
+def _b64(n: int) -> str:
+    """n random characters of a token alphabet (letters and digits)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    return "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+def _pem(kind: str) -> tuple[str, list[str]]:
+    """A PEM-armoured private key block of random body lines, and the body lines (each a planted secret)."""
+    body = [_b64(64) for _ in range(4)]
+    return f"-----BEGIN {kind}-----\n" + "\n".join(body) + f"\n-----END {kind}-----\n", body
+
+
+def test_sixty_planted_kinds_are_never_stored(ledger_cli, ledger_dir, workload, tmp_path) -> None:
+    """Each kind of secret planted once, through every way into the ledger: argv, environment, --name,
+    --tag, stdout and stderr (single lines and multi-line blocks written at once), SDK strings, the
+    workload and config files. Not one of the planted values may appear in any byte under the ledger."""
+    s = {k: _b64(24) for k in (
+        "hf_flag", "db_pass_flag", "password_eq", "api_key_flag", "secret_flag", "auth_token_eq", "curl_user",
+        "env_password", "env_db_pass", "env_nccl_auth", "url_argv", "pass_json", "db_pass_yaml", "mysql",
+        "curl_out", "bearer", "password_out", "wandb_err", "api_key_err", "event_token", "event_detail",
+        "eval_source", "workload_token", "workload_api_key", "config_yaml", "config_json", "config_env",
+        "tag_api_key", "url_out", "stdout_flag")}
+    s |= {
+        "aws_argv": "AKIA" + _b64(16).upper(),
+        "entropy_argv": _b64(40),
+        "hf_env": "hf_" + _b64(34),
+        "wandb_env": secrets.token_hex(20),
+        "aws_secret_env": _b64(40),
+        "gh_env": "ghp_" + _b64(36),
+        "openai_env": "sk-proj-" + _b64(40),
+        "name_glpat": "glpat-" + _b64(20),
+        "tag_jwt": "eyJ" + _b64(20) + "." + "eyJ" + _b64(30) + "." + _b64(43),
+        "tag_entropy": _b64(40),
+        "jwt": "eyJhbGciOiJIUzI1NiJ9." + "eyJ" + _b64(40) + "." + _b64(43),
+        "glpat": "glpat-" + _b64(20),
+        "aiza": "AIza" + _b64(35),
+        "stripe": "sk_live_" + _b64(24),
+        "stripe_rk": "rk_live_" + _b64(24),
+        "gh_out": "ghp_" + _b64(36),
+        "github_pat": "github_pat_" + _b64(40),
+        "slack": "xoxb-" + "".join(secrets.choice("0123456789") for _ in range(11)) + "-" + _b64(24).lower(),
+        "sendgrid": "SG." + _b64(22) + "." + _b64(43),
+        "aws_out": "AKIA" + _b64(16).upper(),
+        "slack_hook": "https://hooks.slack.com/services/T" + _b64(8) + "/B" + _b64(8) + "/" + _b64(24),
+        "npm": "npm_" + _b64(36),
+        "pypi": "pypi-AgEIcHlwaS5vcmc" + _b64(80),
+        "twilio": "SK" + secrets.token_hex(16),
+        "telegram": "".join(secrets.choice("0123456789") for _ in range(9)) + ":" + _b64(35),
+        "hf_out": "hf_" + _b64(34),
+        "openai_out": "sk-" + _b64(48),
+        "eval_gh": "ghp_" + _b64(36),
+        "timing_aiza": "AIza" + _b64(35),
+        "overrides_secret": _b64(20),
+        "seed_secret": str(secrets.randbelow(10**9) + 10**9),
+    }
+    pem_rsa, rsa_body = _pem("RSA PRIVATE KEY")
+    pem_ssh, ssh_body = _pem("OPENSSH PRIVATE KEY")
+    pem_pgp, pgp_body = _pem("PGP PRIVATE KEY BLOCK")
+    planted = dict(s) | {f"pem_rsa_{i}": v for i, v in enumerate(rsa_body)} | {
+        f"pem_ssh_{i}": v for i, v in enumerate(ssh_body)} | {f"pem_pgp_{i}": v for i, v in enumerate(pgp_body)}
+    config = tmp_path / "train.yaml"
+    config.write_text(f"model: moe\ndb_password: {s['config_yaml']}\n")
+    config_json = tmp_path / "train.json"
+    config_json.write_text(json.dumps({"lr": 0.1, "pass": s["config_json"]}))
+    dotenv = tmp_path / "train.env"
+    dotenv.write_text(f"export API_TOKEN={s['config_env']}\n")
+    script = workload(
+        f"""
+import json, os
+S = json.loads({json.dumps(json.dumps(s))})
+out, err = sys.stdout, sys.stderr
+print("argv", sys.argv[1:], flush=True)
+print("env", os.environ["HF_TOKEN"], os.environ["WANDB_API_KEY"], os.environ["GITHUB_TOKEN"], flush=True)
+for key in ("jwt", "glpat", "aiza", "stripe", "stripe_rk", "gh_out", "github_pat", "slack", "sendgrid",
+            "aws_out", "slack_hook", "twilio", "hf_out", "openai_out"):
+    print(f"found {{key}}: {{S[key]}} in the cache", flush=True)
+print("npm config //registry.npmjs.org/:_authToken=" + S["npm"], flush=True)
+print("twine upload -p " + S["pypi"], flush=True)
+print("telegram bot" + S["telegram"] + "/sendMessage", flush=True)
+print("connecting with --db-pass " + S["stdout_flag"], flush=True)
+print(json.dumps({{"user": "a", "pass": S["pass_json"]}}), flush=True)
+print("db_pass: " + S["db_pass_yaml"], flush=True)
+print("mysql -uroot -p" + S["mysql"] + " -h db", flush=True)
+print("curl -u admin:" + S["curl_out"] + " https://api.example", flush=True)
+print("Authorization: Bearer " + S["bearer"], flush=True)
+print("password=" + S["password_out"], flush=True)
+print("fetching https://svc:" + S["url_out"] + "@data.example/x", flush=True)
+print("WANDB_API_KEY=" + S["wandb_err"], file=err, flush=True)
+print("api_key: " + S["api_key_err"], file=err, flush=True)
+out.write({pem_rsa!r}); out.flush()
+for line in {pem_ssh!r}.splitlines(keepends=True):
+    out.write(line); out.flush()
+err.write({pem_pgp!r}); err.flush()
+for path in sys.argv[-3:]:
+    print(open(path).read(), flush=True)
+run.event("login", token=S["event_token"])
+run.event("connect", detail="Authorization: Bearer " + S["event_detail"])
+run.log_eval(1, 0.5, metric="loss", source="https://u:" + S["eval_source"] + "@h/x")
+run.log_eval(2, 0.5, metric="loss", source=S["eval_gh"])
+run.log_timing(1, "fetch " + S["timing_aiza"], 0.1)
+run.set_workload({{"seed": 7, "arguments": {{"seed_secret": S["seed_secret"], "hf_token": S["workload_token"],
+                  "api_key": S["workload_api_key"]}},
+                  "launch": {{"overrides": ["seed_secret=" + S["overrides_secret"]]}}}})
+""",
+        steps=2,
+    )
+    proc = ledger_cli(
+        "record", "--name", f"run-{s['name_glpat']}", "--tag", f"api_key={s['tag_api_key']}",
+        "--tag", f"note={s['tag_jwt']}", "--tag", f"blob={s['tag_entropy']}",
+        "--env", "MY_SERVICE_PASSWORD", "--env", "DB_PASS", "--",
+        "python", str(script),
+        "--hf-token", s["hf_flag"], "--db-pass", s["db_pass_flag"], f"--password={s['password_eq']}",
+        "--api-key", s["api_key_flag"], "--secret", s["secret_flag"], f"--auth-token={s['auth_token_eq']}",
+        "-u", f"admin:{s['curl_user']}", f"--data=https://me:{s['url_argv']}@data.example/x",
+        f"--key={s['aws_argv']}", s["entropy_argv"], str(config), str(config_json), str(dotenv),
+        env={"HF_TOKEN": s["hf_env"], "WANDB_API_KEY": s["wandb_env"], "MY_SERVICE_PASSWORD": s["env_password"],
+             "DB_PASS": s["env_db_pass"], "NCCL_AUTH_TOKEN": s["env_nccl_auth"],
+             "AWS_SECRET_ACCESS_KEY": s["aws_secret_env"], "GITHUB_TOKEN": s["gh_env"],
+             "OPENAI_API_KEY": s["openai_env"], "NCCL_DEBUG": "INFO"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert s["jwt"] in proc.stdout  # the terminal sees the child's output unchanged
+    text = _all_text_under(ledger_dir, ledger_cli)
+    assert len(planted) >= 60
+    leaked = sorted(kind for kind, value in planted.items() if value in text)
+    assert leaked == [], f"{len(leaked)} of {len(planted)} planted secrets stored: {leaked}"
+    r = load_receipt(ledger_dir, ids_in(ledger_dir)[0])
+    assert r["stack"]["environment"]["NCCL_DEBUG"] == "INFO"
+    assert r["summary"]["steps"] == 2  # the run itself is intact

@@ -64,3 +64,28 @@ def test_writers_and_readers_together(ledger_dir: Path, workload) -> None:
     assert json.loads(out) == [{"n": WRITERS * STEPS, "r": WRITERS}]
     assert reader_runs >= len(cycle) and compared >= 1
     assert not list((ledger_dir / ".staging").iterdir())
+
+
+def test_a_reader_never_waits_for_a_busy_index(ledger_dir: Path, workload) -> None:
+    """While another process holds the index's write lock, `ls`, `query` and `compare` read the receipt files
+    directly (and say so) instead of waiting."""
+    import duckdb
+
+    script = workload(steps=STEPS)
+    for name in ("a", "b"):
+        proc = _ledger(["record", "--name", name, "--telemetry-interval", "0", "--", "python", str(script)],
+                       ledger_dir)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    holder = duckdb.connect(str(ledger_dir / "index.duckdb"))  # this process now holds the lock
+    try:
+        for args, check in ((["ls", "--json"], lambda rows: sorted(r["name"] for r in rows) == ["a", "b"]),
+                            (["query", "--json", "SELECT count(*) AS n FROM steps"],
+                             lambda rows: rows == [{"n": 2 * STEPS}]),
+                            (["compare", "a", "b", "--json"], lambda out: out["comparable"] is True)):
+            reader = _ledger(args, ledger_dir)
+            out, err = reader.communicate(timeout=300)
+            assert reader.returncode == 0, err
+            assert check(json.loads(out)) and "is busy" in err
+    finally:
+        holder.close()

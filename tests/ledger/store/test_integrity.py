@@ -109,3 +109,82 @@ def test_verify_of_a_clean_ledger(ledger3, ledger_cli, ledger_dir) -> None:
     assert out.returncode == 0
     assert json.loads(out.stdout) == {"checked": 3, "findings": []}
     assert len(ids_in(ledger_dir)) == 3
+
+
+def _tamper(ledger_dir: Path, *statements: tuple[str, list[object]]) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(ledger_dir / "index.duckdb"))
+    try:
+        for sql, params in statements:
+            con.execute(sql, params)
+    finally:
+        con.close()
+
+
+def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledger_cli, ledger_dir) -> None:
+    a, b, c = ledger3
+    ledger_cli("ls", check=True)  # the index exists and is synced
+    _tamper(ledger_dir,
+            ("UPDATE steps SET loss = loss / 2 WHERE receipt_id = ?", [a]),  # invented better losses
+            ("DELETE FROM routing WHERE receipt_id = ? AND step = 1", [c]),
+            ("UPDATE receipts SET receipt = json_object('id', id) WHERE id = ?", [c]),
+            ("INSERT INTO damaged VALUES (?, 'made up')", [b]))  # a healthy receipt marked damaged
+    out = ledger_cli("verify")
+    assert out.returncode == 1
+    for victim, message in ((a, "table steps: 5 rows in the index, 5 in steps.parquet, values differ"),
+                            (c, "table routing: 8 rows in the index, 10 in routing.parquet"),  # 5 steps x 2 experts
+                            (c, "its receipts row differs from receipt.json"), (b, "listed as damaged (made up)")):
+        assert f"{victim[:12]} index.duckdb: {message}" in out.stdout, out.stdout
+    refused = ledger_cli("compare", a, b, "--json")
+    assert refused.returncode == 1 and "index.duckdb: table steps" in refused.stderr
+    assert ledger_cli("reindex").returncode == 0
+    assert ledger_cli("verify").returncode == 0
+
+
+def test_compare_refuses_a_receipt_damaged_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
+    a, b = ledger3[0], ledger3[1]
+    ledger_cli("ls", check=True)
+    _garbage(ledger_dir / a / "steps.parquet")
+    refused = ledger_cli("compare", a, b)
+    assert refused.returncode == 1 and "sha256 does not match" in refused.stderr
+
+
+def _keypair(directory: Path, name: str) -> tuple[Path, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private = Ed25519PrivateKey.generate()
+    priv, pub = directory / f"{name}.pem", directory / f"{name}.pub"
+    priv.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    pub.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
+                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+def test_signed_attestation_verifies_and_fails_after_tampering(ledger3, ledger_cli, ledger_dir, tmp_path) -> None:
+    import base64
+
+    rid = ledger3[0]
+    priv, pub = _keypair(tmp_path, "signer")
+    _, other_pub = _keypair(tmp_path, "other")
+    out = tmp_path / "a.dsse.json"
+    assert ledger_cli("attest", rid, "--sign", str(priv), "-o", str(out)).returncode == 0
+    envelope = json.loads(out.read_text())
+    assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    assert statement["predicate"]["receipt_id"] == rid
+    ok = ledger_cli("verify", "--attestation", str(out), "--key", str(pub))
+    assert ok.returncode == 0 and "signature verified" in ok.stdout, ok.stdout + ok.stderr
+    wrong_key = ledger_cli("verify", "--attestation", str(out), "--key", str(other_pub))
+    assert wrong_key.returncode == 1 and "signature does not verify" in wrong_key.stdout
+    # a payload changed after signing (a better loss claimed) fails the signature
+    statement["predicate"]["summary"]["final_loss"] = 0.001
+    forged = dict(envelope, payload=base64.b64encode(json.dumps(statement).encode()).decode())
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    assert ledger_cli("verify", "--attestation", str(tmp_path / "forged.json"), "--key", str(pub)).returncode == 1
+    # a file changed after signing fails its digest, with the signature still valid
+    _garbage(ledger_dir / rid / "steps.parquet")
+    damaged = ledger_cli("verify", "--attestation", str(out), "--key", str(pub))
+    assert damaged.returncode == 1 and f"{rid}/steps.parquet: sha256 does not match" in damaged.stdout

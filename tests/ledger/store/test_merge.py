@@ -66,3 +66,15 @@ def test_a_stream_of_an_earlier_steps_schema_is_read_not_dropped(tmp_path: Path)
         writer.write_batch(pa.RecordBatch.from_pylist([{"rank": 0, "step": "x"}], schema=other))
     table, problems = read_table(tmp_path, "steps")
     assert table.num_rows == 0 and "schema differs" in problems[0].message
+
+
+def test_a_json_line_longer_than_the_limit_is_skipped_without_reading_it_whole(tmp_path: Path) -> None:
+    from ledger.store.merge import MAX_LINE_BYTES
+
+    rank = tmp_path / "rank-00000"
+    rank.mkdir()
+    huge = b'{"step": 2, "loss": 1.0, "detail": "' + b"x" * (2 * MAX_LINE_BYTES) + b'"}\n'
+    (rank / "steps.jsonl").write_bytes(b'{"step": 1, "loss": 2.0}\n' + huge + b'{"step": 3, "loss": 0.5}\n')
+    table, problems = read_table(tmp_path, "steps")
+    assert [r["step"] for r in table.to_pylist()] == [1, 3]
+    assert "line 2: longer than" in problems[0].message

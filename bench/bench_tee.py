@@ -1,0 +1,113 @@
+"""What the output tee of `ledger record` costs a launch that prints a lot.
+
+* wall time of ``ledger record -- cat LOG`` (stdout to /dev/null) against ``cat LOG | tee copy.log >/dev/null``,
+  the floor for anything that keeps a log (target: ratio <= 1.5);
+* the child's own run time (``cat`` timed inside the child) under ``ledger record`` against the same child
+  writing into a pipe drained by ``cat >/dev/null`` (target: ratio <= 1.1): the child is never held back;
+* peak memory (RSS, GNU time's %M) of the wrapper for the log and for a newline-less stream of the same
+  size, against ``ledger record -- true`` (target: < 100 MB above it, for any line length).
+
+LOG is a generic training log of ``--mb`` megabytes (default 200); ``--megatron`` repeats the Megatron logs of
+../shared/fixtures instead, which `ledger record` then also parses as a Megatron launch (issue 13's part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("STACKRECEIPT_SHARED", ROOT.parent / "shared"))
+BIN = Path(sys.executable).parent
+TIME = shutil.which("time") or "/usr/bin/time"
+
+
+def make_log(path: Path, mb: int, megatron: bool) -> None:
+    """A training log of ``mb`` megabytes: generic step lines (Python logging style, varied numbers), or the
+    Megatron logs of ../shared/fixtures repeated (which also makes `ledger record` parse them as Megatron)."""
+    if megatron:
+        sample = b"".join(p.read_bytes() for p in sorted((SHARED / "fixtures" / "megatron").glob("*.log")))
+    else:
+        sample = "".join(
+            f"2026-12-01 10:{i // 60 % 60:02d}:{i % 60:02d},{i % 1000:03d} INFO train.py:212] step {i} | loss "
+            f"{4.0 / (1 + i / 500):.5f} | lr {3e-4 * min(1.0, i / 200):.3e} | "
+            f"grad_norm {0.5 + (i * 7919 % 1000) / 997:.4f} | tokens/s {51234 + i * 37 % 4096} | "
+            f"step_time {0.181 + (i * 31 % 97) / 9700:.4f} s\n"
+            for i in range(20000)).encode()
+    size = mb << 20
+    with open(path, "wb") as f:
+        while f.tell() < size:
+            f.write(sample[: size - f.tell()])
+
+
+def run(cmd: str, env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of a shell command's top process."""
+    rss_file = cwd / "rss.txt"
+    start = time.perf_counter()
+    subprocess.run([TIME, "-f", "%M", "-o", str(rss_file), "bash", "-c", cmd], env=env, cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    return wall, int(rss_file.read_text().split()[-1])
+
+
+def child_time(cwd: Path) -> float:
+    return int((cwd / "child_ns.txt").read_text()) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("-n", type=int, default=3, help="repetitions (medians)")
+    ap.add_argument("--megatron", action="store_true", help="use the Megatron fixture logs (adds live parsing)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        log = work / "big.log"
+        make_log(log, args.mb, args.megatron)
+        env = dict(os.environ, LEDGER_DIR=str(work / "receipts"),
+                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        ledger = f"{BIN / 'ledger'} record --telemetry-interval 0 --"
+        timed_cat = (f"bash -c 's=$(date +%s%N); cat {log}; e=$(date +%s%N); echo $((e - s)) > {work}/child_ns.txt'")
+        rows: dict[str, list[float]] = {k: [] for k in ("tee", "ours", "child_bare", "child_ours")}
+        rss: dict[str, int] = {}
+        for _ in range(args.n):
+            rows["tee"].append(run(f"cat {log} | tee {work}/copy.log >/dev/null", env, work)[0])
+            wall, rss["log"] = run(f"{ledger} cat {log} >/dev/null", env, work)
+            rows["ours"].append(wall)
+            run(f"{timed_cat} | cat >/dev/null", env, work)
+            rows["child_bare"].append(child_time(work))
+            run(f"{ledger} {timed_cat} >/dev/null", env, work)
+            rows["child_ours"].append(child_time(work))
+        _, rss["idle"] = run(f"{ledger} true >/dev/null", env, work)
+        _, rss["no_newline"] = run(f"{ledger} bash -c 'head -c {args.mb << 20} /dev/zero | tr \"\\0\" x' >/dev/null",
+                                   env, work)
+    med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
+    grow = max(rss["log"], rss["no_newline"]) - rss["idle"]
+    results = [
+        {"figure": f"record_cat_{args.mb}mb_vs_tee", "value": round(med["ours"], 3), "unit": "s",
+         "reference": round(med["tee"], 3), "ratio": round(med["ours"] / med["tee"], 3), "target": 1.5,
+         "met": med["ours"] / med["tee"] <= 1.5,
+         "note": f"ledger record -- cat {args.mb} MB log vs cat | tee copy.log; ratio ours/reference, a ceiling"},
+        {"figure": "child_run_time_under_record", "value": round(med["child_ours"], 3), "unit": "s",
+         "reference": round(med["child_bare"], 3), "ratio": round(med["child_ours"] / med["child_bare"], 3),
+         "target": 1.1, "met": med["child_ours"] / med["child_bare"] <= 1.1,
+         "note": "cat's own run time under ledger record vs into a pipe drained by cat >/dev/null; a ceiling"},
+        {"figure": "wrapper_peak_rss_growth", "value": round(grow / 1024, 1), "unit": "MB",
+         "reference": round(rss["idle"] / 1024, 1), "ratio": None, "target": 100, "met": grow / 1024 < 100,
+         "note": f"peak RSS of ledger record above `ledger record -- true` ({rss['idle'] / 1024:.0f} MB): "
+                 f"{args.mb} MB log {rss['log'] / 1024:.0f} MB, {args.mb} MB without a newline "
+                 f"{rss['no_newline'] / 1024:.0f} MB"},
+    ]
+    for r in results:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""The output tee of `ledger record`: the child's stdout and stderr to the terminal as they come, and,
+secrets redacted, into the run's ``output.log``, without ever holding the child back.
+
+Two kinds of thread:
+
+* one **pump** per stream: ``os.read`` of up to 1 MiB (the pipe enlarged to 1 MiB), written to the terminal
+  as is, then appended to a shared **spool** cut at its last newline (a line longer than
+  :data:`MAX_LINE` is cut into pieces), so that the two streams interleave line by line. No per-line work.
+* one **writer**: takes batches of up to 64 KiB of whole lines from the spool, redacts them
+  (:class:`ledger.redact.StreamRedactor`: a multi-line PEM block in one batch goes as a whole), appends them
+  to ``output.log`` and hands the batch's lines (each at most :data:`MAX_LINE` bytes) to an optional
+  ``consumer`` (log parsing).
+
+The spool is an anonymous temporary file used as a queue: the pumps never wait for the writer, memory stays
+bounded whatever the line length, and nothing unredacted is left behind when the wrapper dies (the file has
+no name). While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that
+the child gets the CPU; the log catches up in pauses and at the end.
+
+When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
+child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
+wrapper (see :meth:`Tee.finish`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import select
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+CHUNK = 1 << 20
+"""Bytes per read of a pipe."""
+BATCH = 1 << 16
+"""Bytes per batch of the writer: regular expressions hold the GIL for a whole call, so the writer works in
+small batches and the pumps (hence the child) wait at most a few milliseconds for it."""
+MAX_LINE = 1 << 20
+"""A line longer than this is cut into pieces of this size (log and consumer)."""
+DEFER_LIMIT = 1 << 30
+"""Backlog (bytes, on disk) up to which the writer defers to a child that writes fast."""
+DRAIN_S = 2.0
+"""Seconds the pumps keep reading after the child exited, for output still in the pipes."""
+_F_SETPIPE_SZ = 1031
+
+LineConsumer = Callable[[list[bytes]], None]
+"""Receives the complete lines of a batch (without their newline, each at most MAX_LINE bytes, unredacted),
+from the writer thread: slow parsing delays the log, never the child."""
+
+
+class _Spool:
+    """A FIFO of bytes in an anonymous temporary file: append by the pumps, take by the writer."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.file = tempfile.TemporaryFile(dir=directory)
+        self.fd = self.file.fileno()
+        self.head = 0
+        self.tail = 0
+        self.last_put = 0.0
+        self.closed = False
+        self.cond = threading.Condition()
+
+    def put(self, data: bytes) -> None:
+        with self.cond:
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self.fd, data[written:], self.tail + written)
+            self.tail += len(data)
+            self.last_put = time.monotonic()
+            self.cond.notify()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+
+    def busy(self) -> bool:
+        """True while the child is writing fast (data came within the last few milliseconds) and the
+        backlog is below :data:`DEFER_LIMIT`: the writer then waits, leaving the CPU to the child."""
+        with self.cond:
+            return (not self.closed and time.monotonic() - self.last_put < 0.02
+                    and self.tail - self.head < DEFER_LIMIT)
+
+    def take(self) -> bytes | None:
+        """Up to BATCH bytes, waiting for some; None when closed and empty."""
+        with self.cond:
+            while self.head == self.tail and not self.closed:
+                self.cond.wait()
+            if self.head == self.tail:
+                return None
+            head, size = self.head, min(BATCH, self.tail - self.head)
+        data = os.pread(self.fd, size, head)
+        with self.cond:
+            self.head += len(data)
+            if self.head == self.tail:  # caught up: reuse the file from its start
+                self.head = self.tail = 0
+                os.ftruncate(self.fd, 0)
+        return data
+
+
+class Tee:
+    """Copies the child's two streams (see the module docs)."""
+
+    def __init__(self, log_path: Path, redact: Callable[[str], str], outputs: tuple[IO[bytes], IO[bytes]],
+                 consumer: LineConsumer | None = None) -> None:
+        """``redact``: applied to each batch of whole lines (a :class:`ledger.redact.StreamRedactor`'s
+        ``feed``); ``outputs``: the terminal's stdout and stderr; ``consumer``: see :data:`LineConsumer`."""
+        self.log = open(log_path, "ab")
+        self.redact = redact
+        self.outputs = outputs
+        self.consumer = consumer
+        self.spool = _Spool(log_path.parent)
+        self.pumps: list[threading.Thread] = []
+        self.writer = threading.Thread(target=self._write_loop, name="ledger-tee-writer", daemon=True)
+        self.stopping = threading.Event()
+        self.error: str | None = None
+
+    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+        for stream, out in zip(streams, self.outputs, strict=True):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, CHUNK)
+            t = threading.Thread(target=self._pump, args=(stream, out), name="ledger-tee-pump", daemon=True)
+            t.start()
+            self.pumps.append(t)
+        self.writer.start()
+
+    def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
+        fd = stream.fileno()
+        try:
+            out_fd: int | None = out.fileno()
+        except (OSError, ValueError, AttributeError):
+            out_fd = None
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        os.set_blocking(fd, False)  # read while data flows; poll (and look at `stopping`) only when it does not
+        carry = b""
+        while True:
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
+                if self.stopping.is_set():
+                    break
+                poller.poll(100)
+                continue
+            if not chunk:
+                break
+            _emit(out, out_fd, chunk)
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                carry += chunk
+                if len(carry) >= MAX_LINE:  # a very long line: its pieces go on their own lines
+                    for i in range(0, len(carry) - MAX_LINE + 1, MAX_LINE):
+                        self.spool.put(carry[i:i + MAX_LINE] + b"\n")
+                    carry = carry[len(carry) - len(carry) % MAX_LINE:]
+                continue
+            self.spool.put(carry + chunk[: cut + 1])
+            carry = chunk[cut + 1:]
+        if carry:
+            self.spool.put(carry + b"\n")
+        stream.close()
+
+    def _write_loop(self) -> None:
+        pending = b""
+        while True:
+            while self.spool.busy():
+                time.sleep(0.01)
+            data = self.spool.take()
+            if data is None:
+                break
+            data = pending + data
+            cut = data.rfind(b"\n")
+            if cut < 0 and len(data) < MAX_LINE:
+                pending = data
+                continue
+            batch, pending = (data[: cut + 1], data[cut + 1:]) if cut >= 0 else (data, b"")
+            self._batch(batch)
+        if pending:
+            self._batch(pending)
+
+    def _batch(self, batch: bytes) -> None:
+        if self.consumer is not None:
+            try:
+                self.consumer([line[:MAX_LINE] for line in batch.splitlines()])
+            except Exception as exc:  # a parser's bug never stops the log
+                self.error = self.error or f"output.log: line consumer failed: {type(exc).__name__}: {exc}"
+                self.consumer = None
+        if self.error is not None and self.log.closed:
+            return
+        try:
+            text = self.redact(batch.decode("utf-8", "replace"))
+            self.log.write(text.encode("utf-8", "replace"))
+        except OSError as exc:  # a full disk must never stall the child's output
+            self.error = f"output.log: writing stopped: {exc.strerror or exc}"
+            with contextlib.suppress(OSError):
+                self.log.close()
+
+    def finish(self, pgid: int, drain_s: float = DRAIN_S) -> list[str]:
+        """After the child exited: give the pumps ``drain_s`` seconds to reach end of file; terminate what
+        is left of the child's process group (detached grandchildren); stop reading pipes that a process
+        outside the group still holds; write out everything read. Returns notes for the receipt."""
+        notes = []
+        for t in self.pumps:
+            t.join(timeout=drain_s)
+        if end_group(pgid):
+            notes.append(f"processes of the launch's group still ran {drain_s:g} s after it exited; terminated")
+            for t in self.pumps:
+                t.join(timeout=drain_s)
+        if any(t.is_alive() for t in self.pumps):
+            self.stopping.set()
+            for t in self.pumps:
+                t.join()
+            notes.append("a process outside the launch's group kept its output open; what it wrote after the "
+                         "launch exited was not recorded")
+        self.spool.close()
+        self.writer.join()
+        try:
+            if not self.log.closed:
+                self.log.close()
+        except OSError as exc:
+            self.error = self.error or f"output.log: {exc.strerror or exc}"
+        self.spool.file.close()
+        if self.error:
+            notes.append(self.error)
+        return notes
+
+
+def _emit(out: IO[bytes], out_fd: int | None, chunk: bytes) -> None:
+    """Write a chunk to the terminal; a terminal that went away does not stop the log."""
+    try:
+        if out_fd is not None:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out_fd, view):]
+        else:
+            out.write(chunk)
+            out.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """True when a live (not zombie) process of the process group still runs."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return True
+    return False
+
+
+def end_group(pgid: int, grace_s: float = 1.0) -> bool:
+    """Terminate what is left of a launch's process group (SIGTERM, then SIGKILL after ``grace_s``).
+    True when something was left."""
+    import signal
+    import time
+
+    if not group_alive(pgid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and group_alive(pgid):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True

@@ -1,0 +1,92 @@
+"""The index is derived, so it is checked, not trusted: does ``index.duckdb`` say what the files say?
+
+For one receipt: its row in ``receipts`` equals its ``receipt.json``, and each metric table holds the rows of
+its Parquet file — same count, same per-column sums of DuckDB's ``hash`` (a cheap fingerprint of the values:
+a changed, added or removed row changes it). For the ledger: each receipt the index lists as damaged really
+is, and every receipt on disk is in the index. ``compare`` and ``report`` run :func:`check_involved` on the
+receipts they read (files and index, two receipts: cheap); ``ledger verify`` runs :func:`index_findings` on all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import duckdb
+
+from ledger.errors import DamagedReceipt, LedgerError
+from ledger.store.integrity import Finding, verify_receipt
+from ledger.store.layout import INDEX
+from ledger.store.receipts import Ledger, parse_receipt
+from schemas.tables import TABLES
+
+
+def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object],
+                 columns: list[str]) -> tuple[object, ...]:
+    sums = ", ".join(f'sum(hash("{c}")::HUGEINT)' for c in columns)
+    row = con.execute(f"SELECT count(*), {sums} FROM {source}", params).fetchone()
+    return tuple(row or ())
+
+
+def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
+    """Where the index disagrees with one intact receipt's files (its summary row, each metric table)."""
+    findings = []
+    try:
+        receipt = parse_receipt(ledger.read_raw(receipt_id), ledger.path(receipt_id) / "receipt.json")
+    except LedgerError:
+        return []  # the files themselves are damaged: verify_receipt says so
+    row = con.execute("SELECT receipt FROM receipts WHERE id = ?", [receipt_id]).fetchone()
+    damaged = con.execute("SELECT error FROM damaged WHERE id = ?", [receipt_id]).fetchone()
+    if damaged:
+        findings.append(Finding(receipt_id, INDEX, f"listed as damaged ({damaged[0]}) but its files are intact; "
+                                "run `ledger reindex`"))
+    if row is None:
+        missing = [] if damaged else [Finding(receipt_id, INDEX, "missing from the index; run `ledger reindex`")]
+        return findings + missing
+    if json.loads(row[0]) != receipt.model_dump(mode="json"):
+        findings.append(Finding(receipt_id, INDEX, "its receipts row differs from receipt.json; run `ledger reindex`"))
+    files = duckdb.connect(":memory:")
+    try:
+        tables = {a.path[: -len(".parquet")]: a for a in receipt.artifacts if a.kind == "table"}
+        for name, schema in TABLES.items():
+            columns = list(schema.names)
+            indexed = _fingerprint(con, f"{name} WHERE receipt_id = ?", [receipt_id], columns)
+            artifact = tables.get(name)
+            if artifact is None or not artifact.rows:
+                truth: tuple[object, ...] = (0, *([None] * len(columns)))
+            else:
+                path = str(ledger.path(receipt_id) / artifact.path)
+                truth = _fingerprint(files, "read_parquet(?)", [path], columns)
+            if indexed != truth:
+                findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
+                                        f"{truth[0]} in {name}.parquet"
+                                        + ("" if indexed[0] != truth[0] else ", values differ")
+                                        + "; run `ledger reindex`"))
+    finally:
+        files.close()
+    return findings
+
+
+def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> list[Finding]:
+    """Where the index disagrees with the files, over ``ids`` (intact receipts only) and the damaged list."""
+    findings = []
+    for receipt_id in ids:
+        if not verify_receipt(ledger, receipt_id):
+            findings.extend(receipt_findings(ledger, con, receipt_id))
+    on_disk = set(ledger.ids())
+    for (receipt_id,) in con.execute("SELECT id FROM receipts ORDER BY id").fetchall():
+        if receipt_id not in on_disk:
+            findings.append(Finding(receipt_id, INDEX, "indexed but not on disk; run `ledger reindex`"))
+    return findings
+
+
+def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
+    """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
+    :class:`DamagedReceipt` naming what disagrees."""
+    for receipt_id in dict.fromkeys(ids):
+        findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id)
+        if findings:
+            f = findings[0]
+            raise DamagedReceipt(f"receipt {receipt_id[:12]}: {f.path}: {f.problem}"
+                                 f"{f' (and {len(findings) - 1} more)' if len(findings) > 1 else ''}; "
+                                 f"run `ledger verify {receipt_id[:12]}`")

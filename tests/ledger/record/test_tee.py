@@ -1,0 +1,83 @@
+"""The output tee: real pipes, the child never waits for the log, memory bounded per line, multi-line
+secrets redacted, complete lines handed to a consumer."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+
+from ledger.record.tee import MAX_LINE, Tee
+from ledger.redact import REDACTED, Redactor, StreamRedactor
+
+
+def _run(tmp_path: Path, writes: list[bytes], consumer=None, redactor: Redactor | None = None) -> tuple[bytes, bytes]:
+    """Feed ``writes`` through a real pipe as the child's stdout (stderr empty); the terminal copy and the log."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    terminal = io.BytesIO()
+    log = tmp_path / "output.log"
+    tee = Tee(log, StreamRedactor(redactor or Redactor({})).feed, (terminal, io.BytesIO()), consumer=consumer)
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
+
+    def child() -> None:
+        for w in writes:
+            os.write(out_w, w) if len(w) < 65536 else _write_all(out_w, w)
+        os.close(out_w)
+        os.close(err_w)
+
+    t = threading.Thread(target=child)
+    t.start()
+    t.join()
+    notes = tee.finish(os.getpid() + 10**7)  # a group that does not exist
+    assert notes == []
+    return terminal.getvalue(), log.read_bytes()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def test_terminal_gets_every_byte_and_the_log_every_line(tmp_path: Path) -> None:
+    writes = [b"step 1 loss 2.0\nstep 2", b" loss 1.5\n", b"no newline at the end"]
+    terminal, log = _run(tmp_path, writes)
+    assert terminal == b"".join(writes)
+    assert log == b"step 1 loss 2.0\nstep 2 loss 1.5\nno newline at the end\n"
+
+
+def test_a_line_without_newline_is_cut_into_bounded_pieces(tmp_path: Path) -> None:
+    data = b"x" * (3 * MAX_LINE + 12345)
+    terminal, log = _run(tmp_path, [data])
+    assert terminal == data
+    pieces = log.split(b"\n")[:-1]
+    assert b"".join(pieces) == data and max(map(len, pieces)) <= MAX_LINE and len(pieces) == 4
+
+
+def test_pem_key_in_one_write_and_over_many_writes_is_redacted_whole(tmp_path: Path) -> None:
+    body = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC" + str(i) * 13 for i in range(5)]
+    block = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(body) + "\n-----END PRIVATE KEY-----\n"
+    _, log = _run(tmp_path, [b"before\n", block.encode(), b"after\n"])
+    assert not any(line.encode() in log for line in body)
+    assert log.startswith(b"before\n") and log.endswith(b"after\n") and REDACTED.encode() in log
+
+
+def test_pem_block_left_open_by_one_batch_is_redacted_in_the_next() -> None:
+    feed = StreamRedactor(Redactor({})).feed
+    first = feed("ok\n-----BEGIN RSA PRIVATE KEY-----\nAAAAsecretline1\n")
+    second = feed("BBBBsecretline2\n-----END RSA PRIVATE KEY-----\nlater line\n")
+    assert "secretline" not in first + second and "ok\n" in first and "later line" in second
+
+
+def test_consumer_gets_complete_lines(tmp_path: Path) -> None:
+    seen: list[bytes] = []
+    _run(tmp_path, [b"a\nb", b"c\nd\n"], consumer=seen.extend)
+    assert seen == [b"a", b"bc", b"d"]
+
+
+def test_secrets_in_the_log_are_redacted_but_not_on_the_terminal(tmp_path: Path) -> None:
+    token = "glpat-" + "Zq8" * 8
+    terminal, log = _run(tmp_path, [f"pushing with {token}\n".encode()])
+    assert token.encode() in terminal and token.encode() not in log
