@@ -302,9 +302,26 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+PANDAS_FREE = frozenset({"record", "ls", "show", "query", "watch", "verify", "recover", "reindex"})
+"""Commands that never need pandas (the analyses do: arch, which compare's within-run intervals use, imports it)."""
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (after the group's own options)."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--ledger":
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def main() -> None:
     """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
-    _keep_pandas_out()
+    command = _command(sys.argv[1:])
+    if command is None or command in PANDAS_FREE:
+        _keep_pandas_out()
     cli(prog_name="ledger")
 
 

@@ -350,7 +350,7 @@ def test_task_mismatch_is_refused_unless_allowed(planted: Planted) -> None:
         (["base"], "give exactly two sides"),
         (["base", "--group", "cfg=base"], "A and B share 1 receipt(s)"),
         (["base", "--group", "nothing=here"], "no receipt is tagged nothing=here"),
-        (["base", "--group", "novalue"], "expected TAG=VALUE"),
+        (["base", "--group", "novalue"], "expected KEY=VALUE, e.g. --group sweep=bf16"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(planted: Planted, args: list[str], message: str) -> None:
