@@ -20,11 +20,9 @@ Where each table came from is written to ``capture.json`` (published as ``receip
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +31,16 @@ from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
+from ledger.ingest.live import started_at
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
     JSONL_SUFFIX,
     LOG_FILE,
     STREAM_SUFFIX,
-    WRAPPER_FILE,
     rank_dir,
 )
-from ledger.store.merge import rank_dirs, read_table
+from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.publish import add_problems, write_json_atomic
 
 NOTHING = "no step metrics captured: use --parse PATTERN, write TensorBoard events, or the SDK (README#capture)"
@@ -127,19 +125,8 @@ def _has_table(run_dir: Path, name: str) -> bool:
 
 
 def _read_facts(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / CAPTURE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _started(run_dir: Path) -> float | None:
-    try:
-        value = json.loads((run_dir / WRAPPER_FILE).read_text()).get("started_at")
-        return datetime.fromisoformat(str(value)).timestamp() if value else None
-    except (OSError, ValueError, AttributeError):
-        return None
+    data, _ = read_json(run_dir / CAPTURE_FILE)
+    return data or {}
 
 
 def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions) -> str:
@@ -174,7 +161,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
             if pattern is not None and best is None:
                 notes.append((LOG_FILE, f"--parse {options.parse!r} matched no line of the output"))
         if pattern is None or not candidates:
-            candidates.extend(_file_sources(cwd, options.tensorboard, _started(run_dir), notes))
+            candidates.extend(_file_sources(cwd, options.tensorboard, started_at(run_dir), notes))
     sources: list[dict[str, Any]] = []
     also: list[dict[str, Any]] = []
     for table_name in ("steps", "evals"):

@@ -24,7 +24,7 @@ from ledger.ingest.common import Issues, numbered_lines, write_tables
 from ledger.ingest.megatron import is_iteration_line, parse_lines, routing_from_dir
 from ledger.ingest.megatron_args import args_from_command, is_megatron_command, merge_args, workload_from_args
 from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
-from ledger.store.merge import rank_dirs
+from ledger.store.merge import rank_dirs, read_json
 from schemas import Workload
 
 SNIFF_LINES = 20_000
@@ -78,7 +78,7 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
     args = merge_args(launch_args, log.args)
     tables = log.tables(args)
     issues: Issues = log.issues
-    started = _started(run_dir)
+    started = started_at(run_dir)
     for directory in (run_dir / "tokens_per_expert", _cwd(run_dir) / "tokens_per_expert"):
         if directory.is_dir():
             tables["routing"] = routing_from_dir(directory, issues, since=started)
@@ -105,14 +105,12 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
 
 
 def _wrapper(run_dir: Path) -> dict[str, object]:
-    try:
-        data = json.loads((run_dir / WRAPPER_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    data, _ = read_json(run_dir / WRAPPER_FILE)
+    return data or {}
 
 
-def _started(run_dir: Path) -> float | None:
+def started_at(run_dir: Path) -> float | None:
+    """When the wrapper started the launch (epoch seconds), from its facts; None when unknown."""
     value = _wrapper(run_dir).get("started_at")
     try:
         return datetime.fromisoformat(str(value)).timestamp() if value else None
