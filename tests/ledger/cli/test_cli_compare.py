@@ -169,8 +169,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Planted:
         tag_args = [a for t in tags.get(name, []) for a in ("--tag", t)]
         cmd = [str(BIN / "ledger"), "record", "--name", name, *tag_args, "--telemetry-interval", "0", "--",
                py, *script, "--config", "tiny", *sets(overrides)]
-        procs[name] = subprocess.Popen(cmd, cwd=cwd, env={**env, "PLANT_NAME": name}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True)
+        procs[name] = subprocess.Popen(cmd, cwd=cwd, env={**env, "PLANT_NAME": name}, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
     for name, code in (("empty1", "pass"), ("empty2", "import sys")):
         procs[name] = subprocess.Popen([str(BIN / "ledger"), "record", "--name", name, "--", py, "-c", code],
                                        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
