@@ -28,7 +28,7 @@ from ledger.store.layout import RECEIPT_FILE
 from ledger.store.receipts import Ledger
 from schemas.tables import TABLES
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 """Bump when the index layout changes: an index of another version is rebuilt on open."""
 
 _RECEIPT_COLUMNS: dict[str, str] = {
