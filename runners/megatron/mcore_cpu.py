@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     rendezvous = tempfile.NamedTemporaryFile(prefix="mcore-cpu-", delete=False)  # a file store: no port to clash
     rendezvous.close()
     os.unlink(rendezvous.name)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous.name}", rank=0, world_size=1)
+    if args.device == "cuda" and torch.cuda.is_available():
+        torch.cuda.set_device(0)
+    backend = "nccl" if args.device == "cuda" and torch.cuda.is_available() else "gloo"  # gloo: CPU tensors
+    dist.init_process_group(backend, init_method=f"file://{rendezvous.name}", rank=0, world_size=1)
     try:
         parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
         with warnings.catch_warnings():
