@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -135,13 +136,23 @@ class Proof:
         if timeout < 5:
             raise StepError("the time budget ran out")
         self.say("$ " + (label or " ".join(cmd)))
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=self.child_env, capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise TimeoutError(f"{' '.join(cmd[:6])}... ran past {timeout:.0f} s") from exc
-        self.log.write(proc.stdout[-4000:] + proc.stderr[-4000:] + "\n")
-        return proc
+        with subprocess.Popen(cmd, cwd=ROOT, env=self.child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True) as proc:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                # SIGTERM: `ledger record` forwards it to the launch and publishes the run as interrupted, so
+                # no training process outlives its step holding the GPU; SIGKILL if it does not end in 30 s
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    out, err = proc.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    out, err = proc.communicate()
+                self.log.write(out[-4000:] + err[-4000:] + "\n")
+                raise TimeoutError(f"{label or ' '.join(cmd[:8])} ... ran past {timeout:.0f} s") from None
+        self.log.write(out[-4000:] + err[-4000:] + "\n")
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def ledger(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return self.call([sys.executable, "-m", "ledger.cli", "--ledger", str(self.ledger_dir), *args], timeout)
