@@ -450,6 +450,7 @@ def markdown(summary: dict[str, Any]) -> str:
     env = summary["environment"]
     if env:
         lines += ["| fact | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in env.items()] + [""]
+    lines += headline(summary["steps"])
     lines += ["| step | status | seconds | reason |", "|---|---|---|---|"]
     for s in summary["steps"]:
         reason = str(s["reason"]).replace("|", "\\|")
@@ -460,6 +461,40 @@ def markdown(summary: dict[str, Any]) -> str:
             lines += [f"## {s['name']}", "", "```json", json.dumps(s["figures"], indent=1, default=str)[:6000],
                       "```", ""]
     return "\n".join(lines)
+
+
+def headline(steps: list[dict[str, Any]]) -> list[str]:
+    """The figures the README wants, one row each, read from the steps' figures (absent ones are left out)."""
+    fig = {s["name"]: s["figures"] for s in steps if s["status"] == "ok"}
+    rows: list[tuple[str, str]] = []
+    for name, run in fig.get("precision", {}).items():
+        rows.append((f"{name} tokens/s", f"{run['tokens_per_s']:.6g} (grouped GEMM: {run['grouped_gemm']})"))
+    if "dense" in fig:
+        d = fig["dense"]
+        rows.append(("MoE / dense tokens/s, bf16, equal active parameters",
+                     f"{d['moe_over_dense']:.3f} (target >= 0.8: {'met' if d['met'] else 'missed'})"))
+    for name, m in fig.get("mfu", {}).items():
+        rows.append((f"MFU {name}", f"{100 * m['mfu']:.2f}% of the {m['peak']}" if m.get("mfu") is not None
+                     else f"unavailable: {m.get('reason')}"))
+    if "telemetry" in fig:
+        t = fig["telemetry"]
+        rows.append(("energy of moe-bf16", f"{t['energy_j']} J ({t['energy_method']}), sampled every "
+                                           f"{t['sampling_interval_s']} s"))
+    for step in ("compare", "lattice"):
+        metric = (fig.get(step, {}).get("metrics") or {}).get("tokens/s per device")
+        if metric:
+            rows.append((f"{step}: tokens/s B/A", f"{metric['ratio']} ({metric['verdict']})"))
+        for share in fig.get(step, {}).get("attribution") or []:
+            rows.append((f"{step}: share of {share['metric']} to {share['factor']}",
+                         f"{share['share']} ({share['verdict']})"))
+    for hw, p in fig.get("perf", {}).items():
+        m = p["metrics"]
+        rows.append((f"fit perf on {hw}: held-out MAPE of step time",
+                     f"{m['mape_held_out_pct']:.1f}% (leave-one-out, n = {int(m['held_out_n'])}; MFU rank "
+                     f"Spearman {m['spearman_held_out']:.2f})"))
+    if not rows:
+        return []
+    return ["| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
 
 
 def _last_line(text: str) -> str:
