@@ -6,7 +6,7 @@
 #
 # A machine that cannot reach a package index (the lent H200) gets what it lacks as wheels in .whl/ at the
 # repository root (scripts/gpu_proof_wheels.sh fetches them on a machine that can); they are installed into a
-# scratch folder put on PYTHONPATH, leaving the machine's own torch alone. Writes OUT/summary.json,
+# scratch folder put on PYTHONPATH, leaving the machine's own torch alone (not in a dry run). Writes OUT/summary.json,
 # OUT/summary.md, OUT/receipts.tar.gz and OUT/proof.log; exits 1 when a step failed or timed out.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_proof.sh OUT [--dry-run] [--budget-s S] [--only STEP,...]}
@@ -14,7 +14,9 @@ shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
-if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+DRY=0
+for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
+if [ "$DRY" = 0 ] && compgen -G "$ROOT/.whl/*.whl" >/dev/null; then  # a dry run uses this machine's packages
     SITE=${PROOF_SITE:-/tmp/gpu-proof-site}
     echo "installing $(ls "$ROOT"/.whl/*.whl | wc -l) carried wheels into $SITE" | tee -a "$OUT/proof.log"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
