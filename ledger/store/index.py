@@ -29,7 +29,7 @@ from ledger.store.receipts import Ledger
 if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`ledger ls` starts fast)
     import pyarrow as pa
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 """Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
 and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last)."""
 
