@@ -130,3 +130,43 @@ def test_one_wrapper_around_srun_describes_each_node_from_its_ranks(tmp_path: Pa
     assert [(n["node_rank"], n["hostname"], n["ranks"]) for n in nodes] == [(0, "gpu-000", [0]), (1, "gpu-001", [1])]
     assert all(n["detail"] and "runtime facts" in n["detail"] for n in nodes)  # no wrapper ran on either
     assert nodes[0]["packages_digest"] == nodes[1]["packages_digest"] and nodes[0]["torch"]
+
+
+ZERO_CODE = textwrap.dedent(
+    """
+    import sys
+    import ledger.sdk
+    run = ledger.sdk.current()
+    rank = int(sys.argv[1])
+    run.report_runtime()
+    for step in range(1, 4):
+        run.log_timing(step, "expert", 0.01)
+        if rank == 1:  # the progress lines come from the last rank (as Megatron prints them), on node 1
+            print(f"step {step} loss {2.0 / step:.6f}", flush=True)
+    run.flush()
+    """
+)
+
+
+def test_zero_code_capture_of_node_1_is_kept_beside_rank_0_of_node_0(tmp_path: Path) -> None:
+    """Node 0's global rank 0 writes rank-00000/ itself; node 1's steps exist only in node 1's output.
+    Each node's capture is staged apart (captured/), so neither hides the other."""
+    (tmp_path / "train.py").write_text(ZERO_CODE)
+    procs = []
+    for k in (0, 1):
+        cmd = [str(BIN / "ledger"), "record", "--name", "zero", "--job", "job-z", "--node-rank", str(k), "--nnodes",
+               "2", "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "train.py"), str(k)]
+        procs.append(subprocess.Popen(cmd, env=child_env(LEDGER_DIR=str(tmp_path / "receipts"), RANK=str(k)),
+                                      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    (receipt_id,) = ids_in(tmp_path / "receipts")
+    receipt = load_receipt(tmp_path / "receipts", receipt_id)
+    steps = pq.read_table(tmp_path / "receipts" / receipt_id / "steps.parquet").to_pylist()
+    assert [(r["step"], r["loss"]) for r in steps] == [(1, 2.0), (2, 1.0), (3, pytest.approx(2 / 3, abs=1e-6))]
+    timing = pq.read_table(tmp_path / "receipts" / receipt_id / "timing.parquet").to_pylist()
+    assert sorted({r["rank"] for r in timing}) == [0, 1]  # rank 0's own directory kept too
+    messages = [p["message"] for p in receipt["problems"]]  # type: ignore[union-attr]
+    assert not any("was written on node" in m for m in messages), messages
+    capture = receipt["capture"]
+    assert capture is not None and [t["table"] for t in capture["tables"]] == ["steps"]  # type: ignore[index]
