@@ -15,12 +15,13 @@ Two sources, one per launch shape:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ledger.record.capture import merge_runtime
 from schemas import Factor, Hardware, NodeStack, Software, Stack
+from schemas.receipt import Gpu
 
 MAX_PACKAGES_NAMED = 10
 
@@ -58,7 +59,55 @@ def node_stack(
         gpu_model=stack.hardware.gpu_model,
         gpu_count=stack.hardware.gpu_count if stack.hardware.gpu_count or stack.hardware.nvml else None,
         cpu_model=stack.hardware.cpu_model,
+        **hardware_summary(stack.hardware),
     )
+
+
+def _mixed(by_value: Mapping[str, list[int]]) -> str | None:
+    """One value, or 'mixed: A on GPUs 0, 1; B on GPU 2' when the GPUs of a node differ."""
+    if len(by_value) <= 1:
+        return next(iter(by_value), None)
+    return "mixed: " + "; ".join(f"{v} on GPU{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix))}"
+                                 for v, ix in sorted(by_value.items()))
+
+
+def _gpu_clock(g: Gpu) -> str | None:
+    parts = []
+    if g.sm_clock_app_mhz is not None or g.sm_clock_max_mhz is not None:
+        sm = f"SM {g.sm_clock_app_mhz} MHz" if g.sm_clock_app_mhz is not None else "SM"
+        parts.append(sm + (f" (max {g.sm_clock_max_mhz})" if g.sm_clock_max_mhz is not None else ""))
+    if g.mem_clock_app_mhz is not None:
+        parts.append(f"memory {g.mem_clock_app_mhz} MHz")
+    return ", ".join(parts) or None
+
+
+def hardware_summary(hw: Hardware) -> dict[str, Any]:
+    """The node-level clocks, ECC and topology facts of one node's hardware (:class:`NodeStack` fields):
+    None wherever the node's probe could not tell (no NVML, no cpufreq)."""
+    clocks: dict[str, list[int]] = defaultdict(list)
+    ecc: dict[str, list[int]] = defaultdict(list)
+    for g in hw.gpus:
+        clock = _gpu_clock(g)
+        if clock:
+            clocks[clock].append(g.index)
+        if g.ecc_enabled is not None:
+            ecc["on" if g.ecc_enabled else "off"].append(g.index)
+    errors = [g.ecc_uncorrected for g in hw.gpus if g.ecc_uncorrected is not None]
+    kinds = Counter(pair.split(" ", 1)[1] for pair in hw.gpu_topology if " " in pair)
+    cpu = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in (
+        (hw.cpu_sockets, "socket"), (hw.numa_nodes, "NUMA node")) if n is not None]
+    if hw.threads_per_core is not None:
+        cpu.append(f"{hw.threads_per_core} thread{'s' if hw.threads_per_core != 1 else ''} per core")
+    return {
+        "gpu_clocks": _mixed(clocks),
+        "ecc": _mixed(ecc),
+        "ecc_errors": sum(errors) if errors else None,
+        "gpu_topology": "; ".join(f"{k} ({n} pair{'s' if n != 1 else ''})" for k, n in sorted(kinds.items()))
+        or None,
+        "cpu_topology": ", ".join(cpu) or None,
+        "cpu_governor": hw.cpu_governor,
+        "cpu_max_mhz": hw.cpu_max_mhz,
+    }
 
 
 def package_delta(software: Software, reference: Software) -> dict[str, str]:
@@ -126,6 +175,13 @@ _FACTS: tuple[tuple[str, Factor, Callable[[NodeStack], Any]], ...] = (
     ("GPU model", Factor.HARDWARE, lambda n: n.gpu_model),
     ("GPU count", Factor.HARDWARE, lambda n: n.gpu_count),
     ("CPU model", Factor.HARDWARE, lambda n: n.cpu_model),
+    ("GPU clocks", Factor.HARDWARE, lambda n: n.gpu_clocks),
+    ("ECC", Factor.HARDWARE, lambda n: n.ecc),
+    ("uncorrected ECC errors", Factor.HARDWARE, lambda n: n.ecc_errors),
+    ("GPU topology", Factor.HARDWARE, lambda n: n.gpu_topology),
+    ("CPU topology", Factor.HARDWARE, lambda n: n.cpu_topology),
+    ("CPU frequency governor", Factor.HARDWARE, lambda n: n.cpu_governor),
+    ("CPU max MHz", Factor.HARDWARE, lambda n: n.cpu_max_mhz),
 )
 """What must agree between the nodes of a job: (name, factor, how to read it from a node)."""
 

@@ -25,7 +25,7 @@ from conftest import BIN, ROOT, child_env
 
 from ledger.analyses.goodput import goodput
 from ledger.analyses.nodes import node_differences
-from ledger.analyses.stragglers import WAIT_PHASES, of_receipt, straggler_bucket
+from ledger.analyses.stragglers import WAIT_PHASES, of_receipt
 from ledger.cli.app import cli
 from ledger.store.receipts import Ledger
 from schemas import Factor
@@ -176,7 +176,7 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     assert found.nodes[0].node_rank == slow_node.node_rank and found.nodes[0].slowest_rank == 3
     assert found.wait_s > 0
     # goodput of the job (all nodes' events in one receipt), with the waiting on rank 3 as its own bucket
-    job_goodput = straggler_bucket(goodput(ledger, ids[0]), found.wait_s)
+    job_goodput = goodput(ledger, ids[0])
     assert job_goodput.buckets["straggler_wait"] == pytest.approx(found.wait_s)
     assert job_goodput.productive_s + job_goodput.badput_s == pytest.approx(job_goodput.wall_s)
 

@@ -90,6 +90,16 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
     again = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
     assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids
+    # `ledger goodput`: the waiting on rank 1 as its own bucket. By hand: in each of the 3 steps the slowest
+    # rank works 0.02 s and the median of (0.01, 0.02) is 0.015, so 3 x 0.005 s were spent waiting
+    led = [str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts")]
+    shown = subprocess.run([*led, "goodput", ids[0][:12], "--json"], env=child_env(), capture_output=True,
+                           text=True, timeout=60)
+    good = json.loads(shown.stdout)
+    assert good["badput_s"]["straggler_wait"] == pytest.approx(0.015, abs=1e-9)
+    assert good["productive_s"] + sum(good["badput_s"].values()) == pytest.approx(good["wall_s"], abs=1e-9)
+    text = subprocess.run([*led, "goodput", ids[0][:12]], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert "straggler wait" in text.stdout and "estimated from the ranks' timers" in text.stdout
     # the HTML report names the slow rank: rank 1 logged twice rank 0's work (0.02 s against 0.01 s)
     single = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name",
                              "single", "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "train.py"),
