@@ -17,11 +17,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ledger.record.capture import merge_runtime
 from schemas import Factor, Hardware, NodeStack, Software, Stack
 from schemas.receipt import Gpu
+
+if TYPE_CHECKING:
+    from ledger.record.probe import ProbedNode
 
 MAX_PACKAGES_NAMED = 10
 
@@ -127,18 +132,23 @@ def node_key(facts: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]],
+                        probes: Mapping[str, ProbedNode] | None = None) -> tuple[Stack, list[str]]:
     """:func:`ledger.record.capture.merge_runtime`, plus ``stack.nodes`` when the ranks ran on several
-    nodes under one wrapper (``ledger record -- srun ...``): each node described from its ranks' runtime
-    facts, the launching node also from the wrapper's own probes. A stack that already lists its nodes
-    (a job staged by a wrapper per node) keeps them. Notes name the differences between nodes."""
+    nodes under one wrapper (``ledger record -- srun ...``): each node described from what `ledger probe`
+    captured on it (``probes``, by node name; :mod:`ledger.record.probe`) and its ranks' runtime facts, the
+    launching node also from the wrapper's own probes. A stack that already lists its nodes (a job staged
+    by a wrapper per node) keeps them. Notes name the differences between nodes."""
     merged, notes = merge_runtime(stack, facts_by_rank)
     if stack.nodes:
         return merged, notes
+    probes = probes or {}
     groups: dict[str, dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for rank, facts in facts_by_rank.items():
         if rank >= 0 and isinstance(facts, Mapping) and node_key(facts):
             groups[str(node_key(facts))][rank] = facts
+    for name in probes:
+        groups.setdefault(name, {})
     if len(groups) < 2:
         return merged, notes
     # the launching node by the name its ranks use: Slurm's node name when the wrapper saw one
@@ -146,17 +156,35 @@ def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, A
     nodes = []
     for name, group in groups.items():
         here = name == launching
-        base = stack if here else Stack(hardware=Hardware(hostname=name))
-        node, _ = merge_runtime(base, group)
+        probed = probes.get(name)
+        base = stack if here else probed.stack if probed else Stack(hardware=Hardware(hostname=name))
+        node, _ = merge_runtime(base, group) if group else (base, [])
         ids = {f.get("node_rank") for f in group.values()}
         node_rank = ids.pop() if len(ids) == 1 and isinstance(next(iter(ids), None), int) else None
-        detail = None if here else ("from its ranks' runtime facts (no wrapper on this node: GPU driver, "
-                                    "container, code and CPU not captured)")
+        if node_rank is None and probed is not None:
+            node_rank = probed.node_rank
+        if here:
+            detail = None
+        elif probed is not None:
+            detail = "probed on the node by `ledger probe`" + ("" if group else "; no rank reported runtime facts")
+        else:
+            detail = ("from its ranks' runtime facts (no wrapper or `ledger probe` on this node: GPU driver, "
+                      "container, code and CPU not captured)")
         nodes.append(node_stack(node, node_rank=node_rank, hostname=name, ranks=list(group), detail=detail,
                                 reference=merged.software))
-    nodes.sort(key=lambda n: (n.node_rank is None, n.node_rank or 0, min(n.ranks or (0,))))
-    merged = merged.model_copy(update={"nodes": tuple(nodes)})
+    nodes.sort(key=lambda n: (n.node_rank is None, n.node_rank or 0, min(n.ranks or (0,)), n.hostname or ""))
+    observed = set(merged.hardware.nodes_observed) | set(probes)
+    merged = merged.model_copy(update={"nodes": tuple(nodes), "hardware": merged.hardware.model_copy(
+        update={"nodes_observed": tuple(sorted(observed))})})
     return merged, notes + [f"nodes differ in {d}" for _, d in differences(nodes, merged.software)]
+
+
+def runtime_merge(run_dir: Path) -> Callable[[Stack, Mapping[int, Mapping[str, Any]]], tuple[Stack, list[str]]]:
+    """The runtime merge for publishing one staging directory: :func:`merge_runtime_nodes` with the node
+    probes `ledger probe` left in it."""
+    from ledger.record.probe import read_probes
+
+    return partial(merge_runtime_nodes, probes=read_probes(run_dir))
 
 
 # --------------------------------------------------------------------------------------- differences

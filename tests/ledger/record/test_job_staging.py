@@ -180,3 +180,54 @@ def test_zero_code_capture_of_node_1_is_kept_beside_rank_0_of_node_0(tmp_path: P
     assert not any("was written on node" in m for m in messages), messages
     capture = receipt["capture"]
     assert capture is not None and [t["table"] for t in capture["tables"]] == ["steps"]  # type: ignore[index]
+
+
+PROBING_SRUN = textwrap.dedent(
+    """
+    # srun over two "nodes": ranks 0 and 1 on gpu-000, rank 2 on gpu-001 (whose PYTHONPATH plants a package)
+    import os, subprocess, sys
+    planted = sys.argv[1]
+    procs = []
+    for rank, node in ((0, 0), (1, 0), (2, 1)):
+        env = dict(os.environ, RANK=str(rank), SLURM_NODEID=str(node), SLURMD_NODENAME=f"gpu-{node:03d}")
+        if node == 1:
+            env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], planted])
+        procs.append(subprocess.Popen([*sys.argv[2:], str(rank), "0"], env=env))
+    sys.exit(max(p.wait() for p in procs))
+    """
+)
+
+
+def test_ledger_probe_on_each_node_of_one_wrapper_over_srun(tmp_path: Path) -> None:
+    """`ledger record -- srun ... ledger probe -- python train.py`: every node probed where it runs, the
+    planted difference on node 1 named, each node's second task does not probe again."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "srun.py").write_text(PROBING_SRUN)
+    planted = tmp_path / "planted" / "stackreceipt_planted-2.0.dist-info"
+    planted.mkdir(parents=True)
+    (planted / "METADATA").write_text("Metadata-Version: 2.1\nName: stackreceipt-planted\nVersion: 2.0\n")
+    proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name", "probed",
+                           "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "srun.py"),
+                           str(planted.parent), str(BIN / "ledger"), "probe", "--", sys.executable,
+                           str(tmp_path / "train.py")], env=child_env(), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("ledger probe: node gpu-000 (node rank 0) probed into") == 1
+    assert proc.stderr.count("ledger probe: node gpu-001 (node rank 1) probed into") == 1
+    assert "already probed by another of its tasks" in proc.stderr  # rank 1, the second task of gpu-000
+    (receipt_id,) = ids_in(tmp_path / "receipts")
+    receipt = load_receipt(tmp_path / "receipts", receipt_id)
+    nodes = receipt["stack"]["nodes"]  # type: ignore[index]
+    assert [(n["node_rank"], n["hostname"], n["ranks"]) for n in nodes] == [(0, "gpu-000", [0, 1]), (1, "gpu-001", [2])]
+    assert all(n["detail"] == "probed on the node by `ledger probe`" for n in nodes)
+    # facts only a probe on the node gives (the ranks' runtime facts have no CPU topology or code commit)
+    assert all(n["cpu_topology"] and n["cpu_model"] for n in nodes)
+    assert nodes[1]["packages"] == {"stackreceipt-planted": "2.0"} and nodes[0]["packages"] == {}
+    messages = [p["message"] for p in receipt["problems"]]  # type: ignore[union-attr]
+    assert any("stackreceipt-planted" in m and "gpu-001" in m for m in messages), messages
+
+
+def test_ledger_probe_outside_a_recorded_launch_is_one_line_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in child_env().items() if k != "LEDGER_RUN_DIR"}
+    proc = subprocess.run([str(BIN / "ledger"), "probe"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
+    assert "LEDGER_RUN_DIR is not set" in proc.stderr
