@@ -73,7 +73,7 @@ def with_straggler_wait(con: duckdb.DuckDBPyConnection, good: Goodput, ids: Sequ
     wait = 0.0
     for rid in sorted(set(attempts.to_pylist())):
         wait += stragglers(timing.filter(pc.equal(attempts, rid))).wait_s
-    out = straggler_bucket(good, wait)
+    out: Goodput = straggler_bucket(good, wait)
     note = (f"{BUCKET}: {wait:.3g} s estimated from the ranks' timers (per step, the slowest rank's work "
             "time minus the median rank's; see ledger.analyses.stragglers)")
     return dataclasses.replace(out, notes=[*out.notes, note])

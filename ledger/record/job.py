@@ -320,7 +320,7 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
             first["started_at"] = min(starts, key=datetime.fromisoformat)
         write_json_atomic(job / WRAPPER_FILE, first)
     for name in (ARGUMENTS_FILE, CAPTURE_FILE):  # node 0's (the lowest node's) launch arguments; the capture
-        source = capture_node if name == CAPTURE_FILE and capture_node is not None else (present or [None])[0]
+        source = capture_node if name == CAPTURE_FILE and capture_node is not None else next(iter(present), None)
         if source is not None and (source.dir / name).exists():  # facts of the node whose capture was kept
             shutil.copyfile(source.dir / name, job / name)
     # every node's stack

@@ -138,10 +138,14 @@ def gpu_topology(nvml: Any, handles: dict[int, Any], gpus: Iterable[Gpu], links:
             if n:
                 out.append(f"{i}-{j} NV{n}")
                 continue
-            level = _try(nvml, lambda a=handles[i], b=handles[j]: nvml.nvmlDeviceGetTopologyCommonAncestor(a, b))
+            level = _try(nvml, partial(_common_ancestor, nvml, handles[i], handles[j]))
             if isinstance(level, int) and level in _ANCESTORS:
                 out.append(f"{i}-{j} {_ANCESTORS[level]}")
     return tuple(out)
+
+
+def _common_ancestor(nvml: Any, a: Any, b: Any) -> Any:
+    return nvml.nvmlDeviceGetTopologyCommonAncestor(a, b)
 
 
 def _nvlinks(nvml: Any, index: int, handle: Any) -> list[Link]:
