@@ -68,9 +68,10 @@ def probe_dir(run_dir: Path, node_name: str) -> Path:
 
 
 def probe(run_dir: Path | None, env: Mapping[str, str], *, node_rank: int | None = None,
-          cwd: Path | None = None) -> Path | None:
+          cwd: Path | None = None, staging: Path | None = None) -> Path | None:
     """Probe this node into ``run_dir`` (default ``$LEDGER_RUN_DIR``); returns its probe directory, or
-    None when another task of this node already probes it. BadInput outside a recorded launch."""
+    None when another task of this node already probes it. BadInput outside a recorded launch, or when
+    ``staging`` (a ledger's staging directory) is given and the run is not in it."""
     from ledger.record.capture import capture_stack
     from ledger.redact import Redactor
 
@@ -83,6 +84,9 @@ def probe(run_dir: Path | None, env: Mapping[str, str], *, node_rank: int | None
     if not run_dir.is_dir():
         raise BadInput(f"ledger probe: the run's staging directory {run_dir} does not exist (is the ledger on a "
                        "filesystem this node sees?)")
+    if staging is not None and not run_dir.resolve().is_relative_to(staging.resolve()):
+        raise BadInput(f"ledger probe: the run {run_dir} is not staged in the ledger's {staging}; probe with the "
+                       "ledger the launch is recorded in (or without --ledger)")
     name, rank = node_identity(env, node_rank)
     target = probe_dir(run_dir, name)
     target.parent.mkdir(exist_ok=True)

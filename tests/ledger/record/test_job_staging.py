@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner, Result
 from conftest import BIN, child_env
 from helpers import ids_in, load_receipt
 
@@ -34,6 +35,20 @@ SCRIPT = textwrap.dedent(
     time.sleep(float(sys.argv[2]))
     """
 )
+
+
+def _ledger(tmp: Path, *args: str) -> Result:
+    """A `ledger` command on the test's ledger, run in this process (no interpreter started per call)."""
+    from ledger.cli.app import cli
+
+    return CliRunner().invoke(cli, ["--ledger", str(tmp / "receipts"), *args], catch_exceptions=False)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _wrapper(tmp: Path, k: int, nnodes: int, sleep: float, *extra: str) -> subprocess.Popen[str]:
@@ -71,15 +86,18 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     while not (node0_dir / "rank-00000" / "steps.arrows").exists():  # node 0 has trained and flushed
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    recover = [str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "recover"]
-    running = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
+    running = _ledger(tmp_path, "recover")
     assert "running" in running.stdout and ids_in(tmp_path / "receipts") == []
     child = json.loads((node0_dir / "wrapper.json").read_text())["child_pid"]
     node0.send_signal(signal.SIGKILL)
     node0.communicate(timeout=30)
     os.killpg(child, signal.SIGKILL)  # the wrapper started its launch in a session of its own
-    done = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and "published" in done.stdout, done.stdout + done.stderr
+    deadline = time.monotonic() + 60
+    while _running(child):  # dead (gone, or a zombie nobody reaped yet) before recover looks
+        assert time.monotonic() < deadline, f"pid {child} survived SIGKILL"
+        time.sleep(0.05)
+    done = _ledger(tmp_path, "recover")
+    assert done.exit_code == 0 and "published" in done.stdout, done.stdout + done.stderr
     ids = ids_in(tmp_path / "receipts")
     assert len(ids) == 1
     receipt = load_receipt(tmp_path / "receipts", ids[0])
@@ -88,17 +106,14 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     assert receipt["status"] == "failed"
     timing = pq.read_table(tmp_path / "receipts" / ids[0] / "timing.parquet").to_pylist()
     assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
-    again = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
+    again = _ledger(tmp_path, "recover")
     assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids
     # `ledger goodput`: the waiting on rank 1 as its own bucket. By hand: in each of the 3 steps the slowest
     # rank works 0.02 s and the median of (0.01, 0.02) is 0.015, so 3 x 0.005 s were spent waiting
-    led = [str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts")]
-    shown = subprocess.run([*led, "goodput", ids[0][:12], "--json"], env=child_env(), capture_output=True,
-                           text=True, timeout=60)
-    good = json.loads(shown.stdout)
+    good = json.loads(_ledger(tmp_path, "goodput", ids[0][:12], "--json").stdout)
     assert good["badput_s"]["straggler_wait"] == pytest.approx(0.015, abs=1e-9)
     assert good["productive_s"] + sum(good["badput_s"].values()) == pytest.approx(good["wall_s"], abs=1e-9)
-    text = subprocess.run([*led, "goodput", ids[0][:12]], env=child_env(), capture_output=True, text=True, timeout=60)
+    text = _ledger(tmp_path, "goodput", ids[0][:12])
     assert "straggler wait" in text.stdout and "estimated from the ranks' timers" in text.stdout
     # the HTML report names the slow rank: rank 1 logged twice rank 0's work (0.02 s against 0.01 s)
     single = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name",
@@ -106,10 +121,8 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
                              "0", "0"], env=child_env(), capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr
     page = tmp_path / "report.html"
-    report = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "report", ids[0][:12],
-                             "single", "--html", str(page)], env=child_env(), capture_output=True, text=True,
-                            timeout=120)
-    assert report.returncode == 0, report.stderr
+    report = _ledger(tmp_path, "report", ids[0][:12], "single", "--html", str(page))
+    assert report.exit_code == 0, report.stderr
     section = page.read_text().split('<h2 id="stragglers">Nodes and stragglers</h2>')[1].split("<h2")[0]
     assert "<td class=\"l\">1</td><td class=\"\">1 (" in section and "0.50" in section and "straggler" in section
 
@@ -231,3 +244,8 @@ def test_ledger_probe_outside_a_recorded_launch_is_one_line_error(tmp_path: Path
     proc = subprocess.run([str(BIN / "ledger"), "probe"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1
     assert "LEDGER_RUN_DIR is not set" in proc.stderr
+    elsewhere = tmp_path / "other-run"  # a run that is not the named ledger's: this node sees another ledger
+    elsewhere.mkdir()
+    wrong = _ledger(tmp_path, "probe", "--run-dir", str(elsewhere))
+    assert wrong.exit_code == 2 and "is not staged in the ledger's" in wrong.stderr
+    assert not (elsewhere / "probes").exists()
