@@ -82,10 +82,10 @@ def with_straggler_wait(con: duckdb.DuckDBPyConnection, good: Goodput, ids: Sequ
 def goodput(ledger: Ledger, ref: str) -> Goodput:
     """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
     from ledger.store import index
-    from ledger.store.attempts import load_run
+    from ledger.store.attempts import logical_run
 
     with index.reader(ledger) as con:
-        run = load_run(con, ref)
+        run = logical_run(con, ref)
         return goodput_of_run(con, run)
 
 

@@ -140,4 +140,4 @@ def _cwd(run_dir: Path) -> Path:
     return Path(str(_wrapper(run_dir).get("cwd") or run_dir))
 
 
-__all__ = ["augment", "capture_dirs", "capture_root", "has_table", "looks_like_megatron"]
+__all__ = ["augment", "capture_dirs", "capture_root", "has_table", "looks_like_megatron", "started_at"]
