@@ -34,7 +34,7 @@ from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
-from ledger.ingest.live import has_table, started_at
+from ledger.ingest.live import capture_root, has_table, started_at
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -169,6 +169,8 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
     for table_name in ("steps", "evals"):
         if existing[table_name]:
             table = read_table(run_dir, table_name)[0]
+            if not table.num_rows:  # the Megatron capture's, apart from the ranks' on a node of a job
+                table = read_table(capture_root(run_dir), table_name)[0]
             megatron = looks_like_megatron(command, log)
             chosen[table_name] = {"table": table_name, "rows": table.num_rows,
                                   "source": "output" if megatron else "sdk",
@@ -182,7 +184,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
             continue
         pick = ranked[0]
         table = pick.rows.tables()[table_name]
-        write_tables(rank_dir(run_dir, 0), {table_name: table}, skip_existing=True)
+        write_tables(rank_dir(capture_root(run_dir), 0), {table_name: table}, skip_existing=True)
         chosen[table_name] = _describe(pick, table_name)
         sources.append(chosen[table_name])
         also.extend(_describe(c, table_name) for c in ranked[1:])

@@ -224,7 +224,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     outcome = outcome_of(returncode, forwarded, ended)
     exit_code, status = outcome.exit_code or 0, outcome.status
     try:
-        from ledger.record.nodes import merge_runtime_nodes
+        from ledger.record.nodes import runtime_merge
 
         if job is not None:  # node 0 publishes the job once every node ended; the others stop here
             from ledger.record.job import finish
@@ -235,7 +235,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
                 return RecordResult(None, exit_code, run_dir)
             receipt = job_receipt
         else:
-            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime_nodes)
+            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
+                              runtime=runtime_merge(run_dir))
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
         os.close(lock_fd)
         source = "" if staging == ledger.staging else f" --from {staging}"

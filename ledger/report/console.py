@@ -206,6 +206,13 @@ def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any)
                 (n.container_digest or "")[:19] or None, code or None,
                 f"{n.gpu_count}x {n.gpu_model}" if n.gpu_model else n.gpu_count)))
         console.print(table)
+        table = Table("node", "GPU clocks", "ECC", "GPU topology", "CPU topology", "CPU governor", "CPU max MHz",
+                      title="node hardware (probed on each node where available)", title_justify="left")
+        for n in r.stack.nodes:
+            ecc = n.ecc if n.ecc is None or n.ecc_errors is None else f"{n.ecc}, {n.ecc_errors} uncorrected errors"
+            table.add_row(_fmt(n.node_rank), *(_fmt(v) if v is not None else "not available" for v in (
+                n.gpu_clocks, ecc, n.gpu_topology, n.cpu_topology, n.cpu_governor, n.cpu_max_mhz)))
+        console.print(table)
         for n in r.stack.nodes:
             if n.detail:
                 console.print(terminal(f"node {n.node_rank}: {n.detail}"))

@@ -384,8 +384,8 @@ def nodes_and_stragglers(con: duckdb.DuckDBPyConnection, c: Comparison) -> str:
         if not runs:
             continue
         r = runs[0]
-        timing = con.execute("SELECT rank, step, phase, seconds FROM timing WHERE receipt_id = ?",
-                             [r.id]).to_arrow_table()
+        timing = con.sql("SELECT rank, step, phase, seconds FROM timing WHERE receipt_id = ?",
+                         params=[r.id]).to_arrow_table()
         s = stragglers(timing, r.receipt.stack.nodes)
         if len(s.ranks) < 2:
             continue
