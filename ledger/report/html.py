@@ -23,7 +23,7 @@ from ledger.analyses.curves import difference, smooth
 from ledger.analyses.diff import summarize_change
 from ledger.analyses.goodput import Goodput
 from ledger.analyses.matched import curve
-from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
+from ledger.analyses.series import Columns, RunData, layers_of, routing_matrices
 from ledger.report import fmt, svg
 from ledger.report.goodput import timeline_svg
 from ledger.report.safe import xml
@@ -369,7 +369,7 @@ def report(con: duckdb.DuckDBPyConnection, c: Comparison, goodputs: Mapping[str,
     for runs in (c.runs_a, c.runs_b):
         if runs:
             r = runs[0]
-            heatmaps[r.id] = {layer: routing_matrix(con, r.id, layer, max_bins) for layer in layers_of(r)}
+            heatmaps[r.id] = routing_matrices(con, r.id, max_bins)
     return render(c, heatmaps, timelines_of(goodputs or {}), nodes_and_stragglers(con, c))
 
 
