@@ -162,3 +162,24 @@ def test_a_receipt_of_long_rows_still_reads(tmp_path: Path) -> None:
     np.testing.assert_allclose(r["d_sum"], want["d_sum"].ravel())
     np.testing.assert_allclose(per_layer["capacity_waste"], [want["waste"][:, 0].mean(), np.nan])  # 1: no capacity
     assert per_layer["dominant_expert"][0] == 0  # layer 0 was planted on expert 0
+
+
+def test_sdk_copies_counts_and_leaves_out_only_bad_rows(tmp_path: Path) -> None:
+    from ledger.store.merge import read_table
+
+    run = sdk.Run(tmp_path, rank=0, background=False)
+    counts = np.array([5, 0, 7], dtype=np.int32)
+    run.log_routing(1, 0, counts, dropped=np.array([1, 0, 2]), capacity=6, entropy=np.float32(0.5))
+    counts[:] = 99  # the training loop reuses its buffer: what was logged stays logged
+    run.flush()  # a batch of numpy rows only (the concatenating path)
+    run.log_routing(2, 0, [4.0, 4, 4])  # integral floats are counts
+    run.log_routing(2, 1, ["x", 1, 2])  # not counts: this row only is left out, and named
+    run.log_routing(3, 0, np.array([1, 2, 3]))
+    run.close()
+    rows, problems = read_table(tmp_path, "routing")
+    assert not problems
+    assert [(r["step"], r["layer"], r["tokens"], r["dropped"], r["capacity"]) for r in rows.to_pylist()] == [
+        (1, 0, [5, 0, 7], [1, 0, 2], 6), (2, 0, [4, 4, 4], None, None), (3, 0, [1, 2, 3], None, None)]
+    assert "step 2 layer 1" in (tmp_path / "rank-00000" / "sdk_errors.log").read_text()
+    with pytest.raises(ValueError, match="dropped has 2 entries"):
+        run.log_routing(4, 0, [1, 2, 3], dropped=[0, 1])
