@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -261,43 +261,72 @@ def load_run_cached(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Re
     return run
 
 
+HEATMAP_LAYERS = 8
+"""Routing heatmaps drawn per receipt at most (the most imbalanced layers: :func:`imbalanced_layers`)."""
+
+
+def imbalanced_layers(con: duckdb.DuckDBPyConnection, receipt_id: str, limit: int = HEATMAP_LAYERS) -> list[int]:
+    """The ``limit`` MoE layers of highest mean load CV (from the index's ``routing_steps``), in layer order."""
+    rows = con.execute(
+        "SELECT layer FROM routing_steps WHERE receipt_id = $1 GROUP BY layer "
+        "ORDER BY avg(n_std / nullif(n_sum / experts, 0)) DESC NULLS LAST, layer LIMIT $2",
+        [receipt_id, limit]).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def layer_count(con: duckdb.DuckDBPyConnection, receipt_id: str) -> int:
+    """MoE layers that logged routing."""
+    row = con.execute("SELECT count(DISTINCT layer) FROM routing_steps WHERE receipt_id = $1", [receipt_id]).fetchone()
+    return int(row[0]) if row else 0
+
+
 def routing_matrices(con: duckdb.DuckDBPyConnection, receipt_id: str, max_bins: int = 120,
-                     layer: int | None = None) -> dict[int, Columns]:
-    """Tokens per expert per step of each MoE layer (or only ``layer``), steps binned into at most ``max_bins``
+                     layers: Sequence[int] | None = None) -> dict[int, Columns]:
+    """Tokens per expert per step of each MoE layer (or only ``layers``), steps binned into at most ``max_bins``
     columns, as the share of the mean load (1 = even): layer -> {"step": bin start steps, "load": experts x
-    bins}. Bins and sums are made in DuckDB, in one pass over the receipt's routing rows; numpy receives
-    experts x bins numbers per layer."""
-    where = "receipt_id = $1" + ("" if layer is None else " AND layer = $2")
-    params: list[Any] = [receipt_id] if layer is None else [receipt_id, layer]
-    rows = _numpy(con.execute(f"""
+    bins}. Bins and sums are made in DuckDB (each (step, layer) row gets its bin, then the lists are opened
+    and summed per bin and expert); numpy receives experts x bins numbers per layer."""
+    where = "receipt_id = $1"
+    params: list[Any] = [receipt_id]
+    if layers is not None:
+        if not layers:
+            return {}
+        where += f" AND layer IN ({', '.join(str(int(x)) for x in layers)})"
+    bins = _numpy(con.execute(f"""
         WITH s AS (SELECT layer, step, dense_rank() OVER (PARTITION BY layer ORDER BY step) - 1 AS j,
                           count(*) OVER (PARTITION BY layer) AS steps
-                   FROM (SELECT DISTINCT layer, step FROM routing WHERE {where})),
-        b AS (SELECT layer, step, (((j + 1) * least(steps, {int(max_bins)}) + steps - 1) // steps) - 1 AS bin FROM s)
-        SELECT layer, bin, min(step) AS step, expert, sum(n) AS n
-        FROM (SELECT layer, step, unnest(range(len(tokens))) AS expert, unnest(tokens) AS n FROM routing WHERE {where})
-        JOIN b USING (layer, step)
-        GROUP BY layer, bin, expert ORDER BY layer, bin, expert""", params).fetchnumpy())
+                   FROM (SELECT DISTINCT layer, step FROM routing WHERE {where}))
+        SELECT layer, step, (((j + 1) * least(steps, {int(max_bins)}) + steps - 1) // steps) - 1 AS bin FROM s
+        ORDER BY layer, step""", params).fetchnumpy())
+    if not bins or bins["layer"].size == 0:
+        return {}
+    con.register("_routing_bins", {k: bins[k] for k in ("layer", "step", "bin")})
+    try:
+        rows = _numpy(con.execute(f"""
+            SELECT layer, bin, expert, sum(n) AS n
+            FROM (SELECT b.layer, b.bin, generate_subscripts(r.tokens, 1) - 1 AS expert, unnest(r.tokens) AS n
+                  FROM routing r JOIN _routing_bins b ON r.layer = b.layer AND r.step = b.step
+                  WHERE r.{where.replace(" layer", " r.layer")})
+            GROUP BY layer, bin, expert""", params).fetchnumpy())
+    finally:
+        con.unregister("_routing_bins")
     out: dict[int, Columns] = {}
-    if not rows or rows["layer"].size == 0:
-        return out
-    for lay in np.unique(rows["layer"]).tolist():
-        m = rows["layer"] == lay
-        bins, experts = rows["bin"][m].astype(np.int64), rows["expert"][m].astype(np.int64)
-        grid = np.zeros((int(experts.max()) + 1, int(bins.max()) + 1))
-        grid[experts, bins] = np.nan_to_num(rows["n"][m])
-        start = np.zeros(grid.shape[1], dtype=np.int64)
-        start[bins] = rows["step"][m]
+    for lay in np.unique(bins["layer"]).tolist():
+        m, mb = rows["layer"] == lay, bins["layer"] == lay
+        b, e = rows["bin"][m].astype(np.int64), rows["expert"][m].astype(np.int64)
+        grid = np.zeros((int(e.max()) + 1 if e.size else 0, int(bins["bin"][mb].max()) + 1))
+        grid[e, b] = np.nan_to_num(rows["n"][m])
+        first = np.unique(bins["bin"][mb], return_index=True)[1]
         mean = grid.mean(axis=0, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             load = np.where(mean > 0, grid / mean, np.nan)
-        out[int(lay)] = {"step": start, "load": load}
+        out[int(lay)] = {"step": bins["step"][mb][first], "load": load}
     return out
 
 
 def routing_matrix(con: duckdb.DuckDBPyConnection, receipt_id: str, layer: int, max_bins: int = 120) -> Columns:
     """One layer of :func:`routing_matrices`."""
-    found = routing_matrices(con, receipt_id, max_bins, layer).get(layer)
+    found = routing_matrices(con, receipt_id, max_bins, [layer]).get(layer)
     return found if found is not None else {"step": np.empty(0), "load": np.empty((0, 0))}
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import ledger.sdk as sdk
 from ledger.analyses.routing import layer_summaries
-from ledger.analyses.series import load_run, routing_matrices
+from ledger.analyses.series import imbalanced_layers, load_run, routing_matrices
 from ledger.store import index
 from ledger.store.agreement import check_involved
 from ledger.store.layout import STACK_FILE, WRAPPER_FILE
@@ -102,6 +102,7 @@ def test_summaries_match_brute_force(planted: dict[str, Any]) -> None:
         per_layer = layer_summaries(con, rid)
         late = layer_summaries(con, rid, first_step=7)
         heat = routing_matrices(con, rid, max_bins=5)
+        worst = imbalanced_layers(con, rid, 1)
     mean = r["n_sum"] / r["experts"]
     np.testing.assert_allclose(r["n_std"] / mean, want["cv"].ravel(), rtol=1e-12)
     np.testing.assert_allclose(r["n_max"] / mean, want["max_mean"].ravel(), rtol=1e-12)
@@ -124,6 +125,7 @@ def test_summaries_match_brute_force(planted: dict[str, Any]) -> None:
         assert per_layer["dominant_expert"][lay] == best
         assert per_layer["dominant_frequency"][lay] == pytest.approx(hits.max() / STEPS)
     assert per_layer["dominant_expert"][1] == 5 and per_layer["dominant_frequency"][1] > 0.9  # the planted one
+    assert worst == [int(np.argmax(want["cv"].mean(0)))] == [1]
     np.testing.assert_allclose(late["load_cv"], want["cv"][6:].mean(0), rtol=1e-12)
 
     edges = np.linspace(0, STEPS, 6).astype(np.int64)  # 12 steps in 5 bins, as numpy splits them
