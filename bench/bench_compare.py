@@ -119,7 +119,8 @@ def build_receipt(ledger: Any, name: str, precision: str, speedup: float, steps:
         "rank": pa.array(np.zeros(n, dtype=np.int32)), "step": step, "time": t, "tokens": step * tokens_per_step,
         "loss": loss, "lr": np.full(n, 3e-4), "grad_norm": 1.0 + 0.1 * rng.standard_normal(n),
         "step_time_s": step_time, "tokens_per_s": tokens_per_step / step_time,
-        "flops_per_s": tokens_per_step / step_time * 6 * 1.3e9, "aux_loss": np.full(n, 0.01),
+        "flops_per_s": tokens_per_step / step_time * 6 * 1.3e9, "tflops_per_device": pa.nulls(n, pa.float64()),
+        "global_batch": np.full(n, 64, dtype=np.int64), "aux_loss": np.full(n, 0.01),
         "z_loss": np.full(n, 0.001), "loss_scale": pa.nulls(n, pa.float64()),
         "memory_bytes": np.full(n, 60 * 2**30, dtype=np.int64), "skipped": np.zeros(n, dtype=bool),
         "extra": pa.nulls(n, TABLES["steps"].field("extra").type),
@@ -251,9 +252,8 @@ def main() -> None:
         through = next(m for m in result["metrics"] if m["name"] == "tokens/s per device")
         mfu = next(m for m in result["metrics"] if m["name"] == "MFU")
         share = [s for s in result["attribution"] if s["metric"] == "throughput"]
-        print(f"  tokens/s per device x{through['ratio']:.3f} CI {[round(c, 4) for c in through['ci']]} -> "
-              f"{through['verdict']}; MFU {mfu['a']:.3f} -> {mfu['b']:.3f} ({mfu['note']}); "
-              f"attribution {[(s['factor'], round(s['share'], 3)) for s in share]}")
+        print(f"  tokens/s per device x{through['ratio']} CI {through.get('ci')} -> {through['verdict']}; MFU "
+              f"{mfu['a']} -> {mfu['b']} ({mfu['note']}); attribution {[(s['factor'], s['share']) for s in share]}")
 
         from ledger.analyses.series import STEP_COLUMNS
 
