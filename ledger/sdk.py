@@ -432,10 +432,17 @@ class Run:
         utilization: float | None = None,
         memory_bytes: int | None = None,
         time_s: float | None = None,
+        sm_clock_mhz: float | None = None,
+        memory_clock_mhz: float | None = None,
+        temperature_c: float | None = None,
+        ecc_corrected: int | None = None,
+        ecc_uncorrected: int | None = None,
     ) -> None:
-        """Record one telemetry sample of a device (energy_j: the device's cumulative counter)."""
+        """Record one telemetry sample of a device (energy_j: the device's cumulative counter; ecc_*: the
+        volatile error counts since the driver loaded)."""
         row = (self.rank, time_s or time.time(), socket.gethostname(), device, power_w, energy_j,
-               utilization, memory_bytes)
+               utilization, memory_bytes, sm_clock_mhz, memory_clock_mhz, temperature_c, ecc_corrected,
+               ecc_uncorrected)
         self._append("telemetry", row)
 
     def event(self, kind: str, *, step: int | None = None, **detail: Any) -> None:

@@ -112,6 +112,13 @@ TELEMETRY = pa.schema(
         pa.field("energy_j", pa.float64(), metadata={"doc": "Cumulative energy counter of the device."}),
         pa.field("utilization", pa.float64(), metadata={"doc": "0..1."}),
         pa.field("memory_bytes", pa.int64()),
+        pa.field("sm_clock_mhz", pa.float64(), metadata={"doc": "Graphics (SM) clock now, MHz."}),
+        pa.field("memory_clock_mhz", pa.float64(), metadata={"doc": "Memory clock now, MHz."}),
+        pa.field("temperature_c", pa.float64(), metadata={"doc": "Device temperature, degrees C."}),
+        pa.field("ecc_corrected", pa.int64(),
+                 metadata={"doc": "Corrected ECC errors since the driver loaded (volatile count)."}),
+        pa.field("ecc_uncorrected", pa.int64(),
+                 metadata={"doc": "Uncorrected ECC errors since the driver loaded (volatile count)."}),
     ]
 )
 

@@ -52,10 +52,10 @@ def goodput_of_run(con: duckdb.DuckDBPyConnection, run: LogicalRun, *, bins: int
 def goodput(ledger: Ledger, ref: str) -> Goodput:
     """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
     from ledger.store import index
-    from ledger.store.attempts import load_run
+    from ledger.store.attempts import logical_run
 
     with index.reader(ledger) as con:
-        run = load_run(con, ref)
+        run = logical_run(con, ref)
         return goodput_of_run(con, run)
 
 

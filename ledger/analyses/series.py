@@ -188,7 +188,8 @@ def load_receipt(con: duckdb.DuckDBPyConnection, receipt_id: str) -> Receipt:
 
 
 def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt | None = None) -> RunData:
-    """A receipt's tables from the index."""
+    """One receipt's tables from the index (the attempts of a logical run are
+    :func:`ledger.store.attempts.logical_run`)."""
     receipt = receipt if receipt is not None else load_receipt(con, receipt_id)
     cols = ", ".join(STEP_COLUMNS) + ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
     steps = _numpy(

@@ -31,16 +31,14 @@ from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
-from ledger.ingest.live import started_at
+from ledger.ingest.live import has_table, started_at
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
-    JSONL_SUFFIX,
     LOG_FILE,
-    STREAM_SUFFIX,
     rank_dir,
 )
-from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.merge import read_json, read_table
 from ledger.store.publish import add_problems, write_json_atomic
 
 NOTHING = "no step metrics captured: use --parse PATTERN, write TensorBoard events, or the SDK (README#capture)"
@@ -115,15 +113,6 @@ def finished(run_dir: Path) -> bool:
     return "line" in _read_facts(run_dir)
 
 
-def _has_table(run_dir: Path, name: str) -> bool:
-    for _, directory in rank_dirs(run_dir):
-        for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
-            path = directory / f"{name}{suffix}"
-            if path.exists() and path.stat().st_size > 0:
-                return True
-    return False
-
-
 def _read_facts(run_dir: Path) -> dict[str, Any]:
     data, _ = read_json(run_dir / CAPTURE_FILE)
     return data or {}
@@ -135,7 +124,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
     facts = _read_facts(run_dir)
     notes: list[tuple[str, str]] = []
     log = run_dir / LOG_FILE
-    existing = {name: _has_table(run_dir, name) for name in ("steps", "evals")}
+    existing = {name: has_table(run_dir, name) for name in ("steps", "evals")}
     candidates: list[Source] = []
     chosen: dict[str, dict[str, Any]] = {}
     unparsed = 0

@@ -31,7 +31,8 @@ SNIFF_LINES = 20_000
 """Lines of the log read to recognise Megatron output when the command does not say so."""
 
 
-def _has_table(run_dir: Path, name: str) -> bool:
+def has_table(run_dir: Path, name: str) -> bool:
+    """Whether some rank of the staging directory already wrote rows of table ``name`` (the SDK did)."""
     for _, directory in rank_dirs(run_dir):
         for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
             path = directory / f"{name}{suffix}"
@@ -69,7 +70,7 @@ def augment(run_dir: Path, command: Sequence[str], log_path: Path) -> list[str]:
 def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
     if not looks_like_megatron(command, log_path):
         return []
-    if _has_table(run_dir, "steps"):
+    if has_table(run_dir, "steps"):
         return ["Megatron launch: steps were logged through the SDK, so the log was not parsed"]
     if not log_path.exists():
         return ["Megatron launch: no output log to parse"]
@@ -84,7 +85,7 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
             tables["routing"] = routing_from_dir(directory, issues, since=started)
             break
     notes: list[str] = []
-    skipped = [name for name, t in tables.items() if t.num_rows and _has_table(run_dir, name)]
+    skipped = [name for name, t in tables.items() if t.num_rows and has_table(run_dir, name)]
     written = write_tables(rank_dir(run_dir, 0), {k: v for k, v in tables.items() if k not in skipped})
     if skipped:
         notes.append(f"Megatron log: {', '.join(skipped)} already written through the SDK; kept those")
@@ -122,4 +123,4 @@ def _cwd(run_dir: Path) -> Path:
     return Path(str(_wrapper(run_dir).get("cwd") or run_dir))
 
 
-__all__ = ["augment", "looks_like_megatron"]
+__all__ = ["augment", "has_table", "looks_like_megatron", "started_at"]

@@ -402,22 +402,23 @@ def finish(ledger: Ledger, job: Job, node: Path, redact: Redact, err: IO[bytes])
     node 0 then waits for the others, assembles and publishes (returns the receipt); other nodes return
     None. Raises what :func:`publish` raises (the wrapper then points at `ledger recover`)."""
     from ledger.record.nodes import merge_runtime_nodes
+    from ledger.record.wrapper import say
 
     try:
         mark_ended(node)
     except OSError:
         if job.node_rank == 0:
             raise
-        _say(err, f"ledger: node {job.node_rank} of job {job.key}: the job was published without it "
+        say(err, f"ledger: node {job.node_rank} of job {job.key}: the job was published without it "
                   f"(node 0 waited {job.timeout_s:g} s); what it wrote since is not in the receipt")
         return None
     if job.node_rank != 0:
-        _say(err, f"ledger: node {job.node_rank} of job {job.key} staged in {node}; node 0 publishes the receipt")
+        say(err, f"ledger: node {job.node_rank} of job {job.key} staged in {node}; node 0 publishes the receipt")
         return None
     assert job.dir is not None
     others = job.nnodes - 1
     if others:
-        _say(err, f"ledger: node 0 of job {job.key}: waiting up to {job.timeout_s:g} s for {others} other node(s)")
+        say(err, f"ledger: node 0 of job {job.key}: waiting up to {job.timeout_s:g} s for {others} other node(s)")
     states = wait_for_nodes(job.dir, job.nnodes, job.timeout_s)
     try:
         try:
@@ -474,11 +475,3 @@ def _default_redactor() -> Redact:
     from ledger.redact import Redactor
 
     return Redactor(os.environ).text
-
-
-def _say(stream: IO[bytes], text: str) -> None:
-    try:
-        stream.write((text + "\n").encode())
-        stream.flush()
-    except (OSError, ValueError):
-        pass

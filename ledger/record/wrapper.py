@@ -237,14 +237,14 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
         os.close(lock_fd)
         source = "" if staging == ledger.staging else f" --from {staging}"
-        _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
+        say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
                   f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
         return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
     os.close(lock_fd)
     fault("indexing")
     try_sync(ledger)
-    _say(err, f"ledger: {captured}")
-    _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    say(err, f"ledger: {captured}")
+    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)
 
 
@@ -274,11 +274,13 @@ def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
     except LedgerNotWritable as exc:
         fallback = Path(tempfile.gettempdir()) / "ledger-staging"
         fallback.mkdir(parents=True, exist_ok=True)
-        _say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
+        say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
         return fallback
 
 
-def _say(stream: IO[bytes], text: str) -> None:
+def say(stream: IO[bytes], text: str) -> None:
+    """A line of the wrapper's own (``ledger: ...``) on the launch's stderr; never raises: a closed or broken
+    stream must not fail a run that trained."""
     try:
         stream.write((text + "\n").encode())
         stream.flush()

@@ -6,10 +6,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -17,7 +15,9 @@ from ledger.errors import BadInput
 from ledger.report import fmt
 from ledger.report.safe import markup, terminal
 
-if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
+if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models, nor Arrow
+    import pyarrow as pa
+
     from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
@@ -183,6 +183,8 @@ def arrow_table(table: pa.Table) -> None:
 @contextmanager
 def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar fed with (done, total); silent when not on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=Console(stderr=True), transient=True, disable=not console.is_terminal)
     task = bar.add_task(label, total=None)

@@ -6,14 +6,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from ledger.errors import BadInput, QueryRefused
 from ledger.store import filters, index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `ledger ls` loads neither Arrow nor the receipt models
+    import pyarrow as pa
+
     from schemas import Receipt
 
 LIST_COLUMNS = (

@@ -16,11 +16,12 @@ rows of one (rank, step, layer, expert) are summed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 
-from schemas.tables import ROUTING
+if TYPE_CHECKING:  # the index imports this module; `ledger ls` must not load Arrow
+    import pyarrow as pa
 
 LONG_TO_LISTS = """
 WITH cell AS (
@@ -125,6 +126,10 @@ def as_lists(table: pa.Table) -> pa.Table:
     """A routing table in the list layout (long rows are converted; a list-layout table is returned as is)."""
     if not is_long(table.schema):
         return table
+    import pyarrow as pa
+
+    from schemas.tables import ROUTING
+
     con = duckdb.connect(":memory:")
     try:
         con.register("long_rows", table)

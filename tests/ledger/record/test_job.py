@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import BIN, ROOT, child_env
 
-from ledger.analyses.goodput import goodput
+from ledger.analyses.goodput_index import goodput
 from ledger.analyses.nodes import node_differences
 from ledger.analyses.stragglers import WAIT_PHASES, of_receipt, straggler_bucket
 from ledger.cli.app import cli
