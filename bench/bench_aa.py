@@ -92,8 +92,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--condition", choices=("both", "as-is", "loaded"), default="both",
+                        help="which conditions to measure (default both)")
     args = parser.parse_args()
-    for condition, load in (("as is", False), ("with a CPU load beside it", True)):
+    conditions = [(c, load) for c, load in (("as is", False), ("with a CPU load beside it", True))
+                  if args.condition == "both" or (args.condition == "loaded") == load]
+    for condition, load in conditions:
         got = run(args.pairs, args.steps, load)
         rate = got["false_alarm_pairs"] / got["pairs"]  # type: ignore[operator]
         # a pair that was not judged between runs (e.g. the stack changed while recording, so the runs are

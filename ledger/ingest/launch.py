@@ -2,8 +2,11 @@
 from its command line, and one sentence saying what was captured.
 
 The wrapper calls :func:`start` once the staging directory exists (the command line and the config files
-it names are read as they are at launch) and :func:`finish` after the child exited and the Megatron
-capture (:mod:`ledger.ingest.live`) ran, before publishing. Neither ever raises: whatever goes wrong is a
+it names are read as they are at launch), feeds the output to :func:`live_capture`'s parser as the tee
+writes it (so a launch killed mid-run has its lines parsed up to the kill, and the log is never read a
+second time), and calls :func:`finish` after the child exited and the Megatron capture
+(:mod:`ledger.ingest.live`) ran, before publishing. Without a live parser (``ledger recover``, a consumer
+that failed) :func:`finish` reads ``output.log``. Neither ever raises: whatever goes wrong is a
 receipt problem, and a successful training run is never lost to its capture.
 
 Sources of the metric tables, each table from one source only, in this order of trust:
@@ -93,12 +96,21 @@ def start(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Any) -> No
             pass
 
 
+def live_capture(parse: str | None) -> LineCapture:
+    """The parser of the output that the tee feeds as it writes the log (``--parse`` checked before)."""
+    if parse is not None:
+        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
+    return LineCapture()
+
+
 # ------------------------------------------------------------------------------------------ finish
-def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None) -> str:
+def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None,
+           live: LineCapture | None = None) -> str:
     """Fill the staging directory's missing metric tables from the launch's output and files; returns the
-    sentence to print."""
+    sentence to print. ``live``: the output's parser, fed while the launch ran (:func:`live_capture`);
+    None: ``output.log`` is read now."""
     try:
-        return _finish(Path(run_dir), list(command), Path(cwd), options or CaptureOptions())
+        return _finish(Path(run_dir), list(command), Path(cwd), options or CaptureOptions(), live)
     except Exception as exc:  # capture never fails the run
         message = f"metric capture failed: {type(exc).__name__}: {exc}"
         try:
@@ -118,7 +130,7 @@ def _read_facts(run_dir: Path) -> dict[str, Any]:
     return data or {}
 
 
-def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions) -> str:
+def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions, live: LineCapture | None) -> str:
     from ledger.ingest.live import looks_like_megatron
 
     facts = _read_facts(run_dir)
@@ -132,12 +144,13 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
         pass
     else:
         pattern = compile_pattern(options.parse) if options.parse else None
-        if log.exists():
-            if pattern is not None:
-                scan = LineCapture({"pattern": line_format(pattern)}, hint=False)
+        if live is not None or log.exists():
+            if live is not None:
+                scan = live
+                scan.close()
             else:
-                scan = LineCapture()
-            scan.feed_file(log)
+                scan = live_capture(options.parse)
+                scan.feed_file(log)
             best = scan.best()
             if best is not None:
                 candidates.append(Source(best, "output", best.name))
@@ -316,4 +329,4 @@ def _common_dir(paths: list[Path], cwd: Path) -> str:
 
 
 
-__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "start"]
+__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "live_capture", "start"]

@@ -192,7 +192,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     outputs = (opts.stdout or sys.stdout.buffer, err)
-    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed, outputs)
+    live = launch.live_capture(opts.parse)  # the output's metric lines, parsed as the log is written
+    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs, consumer=live.feed)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
     fault("running")
@@ -214,7 +215,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     from ledger.ingest.live import augment
 
     notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
-    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard))
+    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard),
+                             live=live if tee.consumer is not None else None)  # a failed parser: read the log
     with contextlib.suppress(OSError):  # published as problems of the receipt
         add_problems(run_dir, notes)
     capture.join(timeout=60)

@@ -82,6 +82,43 @@ def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable
     return findings
 
 
+def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, str]:
+    """The cheap check of `ledger ls`, for the receipts it lists: those whose ``receipt.json`` is gone or no
+    longer says what their index row says, or one of whose files is gone or has another size than the
+    receipt records (a changed byte of the same size is found by the digests of ``ledger verify``).
+    Returns id -> what disagrees."""
+    wanted = list(dict.fromkeys(ids))
+    rows = dict(con.execute("SELECT id, receipt FROM receipts WHERE list_contains(?, id)", [wanted]).fetchall())
+    out: dict[str, str] = {}
+    for receipt_id in wanted:
+        if receipt_id not in rows:
+            continue
+        indexed = json.loads(rows[receipt_id])
+        try:
+            raw = ledger.read_raw(receipt_id)
+        except LedgerError as exc:
+            out[receipt_id] = str(exc).split(";")[0]
+            continue
+        if raw != indexed:  # an older schema's file is migrated and validated before it is compared
+            try:
+                same = parse_receipt(raw, ledger.path(receipt_id) / "receipt.json").model_dump(mode="json") == indexed
+            except LedgerError:
+                same = False
+            if not same:
+                out[receipt_id] = "receipt.json differs from its row in the index"
+                continue
+        for artifact in indexed.get("artifacts") or ():
+            try:
+                size = (ledger.path(receipt_id) / artifact["path"]).stat().st_size
+            except OSError:
+                out[receipt_id] = f"{artifact['path']} is gone"
+                break
+            if size != artifact.get("bytes"):
+                out[receipt_id] = f"{artifact['path']} has changed ({size} bytes; the receipt says {artifact['bytes']})"
+                break
+    return out
+
+
 def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
     """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
     :class:`DamagedReceipt` naming what disagrees."""
