@@ -18,6 +18,7 @@ from ledger.errors import DamagedReceipt, LedgerError
 from ledger.store.integrity import Finding, verify_receipt
 from ledger.store.layout import INDEX
 from ledger.store.receipts import Ledger, parse_receipt
+from ledger.store.routing import parquet_source
 from schemas.tables import TABLES
 
 
@@ -55,8 +56,9 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             if artifact is None or not artifact.rows:
                 truth: tuple[object, ...] = (0, *([None] * len(columns)))
             else:
-                path = str(ledger.path(receipt_id) / artifact.path)
-                truth = _fingerprint(files, "read_parquet(?)", [path], columns)
+                path = ledger.path(receipt_id) / artifact.path
+                source = parquet_source(path) if name == "routing" else "read_parquet(?)"
+                truth = _fingerprint(files, source, [str(path)], columns)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
                                         f"{truth[0]} in {name}.parquet"

@@ -25,13 +25,24 @@ import duckdb
 from ledger.errors import IndexBusy, LedgerError
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.receipts import Ledger
+from ledger.store.routing import STEP_SUMMARY_DDL, index_step_summary, parquet_source
 
 if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`ledger ls` starts fast)
     import pyarrow as pa
 
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 """Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
-and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last)."""
+and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last).
+(4: routing as a row per (rank, step, layer) with lists of counts, its per-(step, layer) summary
+``routing_steps``, and the ``routing_experts`` view.)"""
+
+ROUTING_EXPERTS_VIEW = """
+CREATE OR REPLACE VIEW routing_experts AS
+SELECT receipt_id, rank, step, layer, unnest(range(len(tokens)))::INTEGER AS expert, unnest(tokens) AS tokens,
+       unnest(dropped) AS dropped, capacity, entropy
+FROM routing
+"""
+"""The routing table as a row per expert (the layout of receipts before index version 4), for ad-hoc queries."""
 
 _RECEIPT_COLUMNS: dict[str, str] = {
     "id": "VARCHAR PRIMARY KEY",
@@ -180,12 +191,16 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.register("_empty", empty)
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM _empty")
         con.unregister("_empty")
+    con.execute(ROUTING_EXPERTS_VIEW)
+    con.execute(STEP_SUMMARY_DDL)
     con.execute("INSERT OR REPLACE INTO index_meta VALUES ('version', ?)", [str(INDEX_VERSION)])  # last: complete
 
 
 def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
     from schemas.tables import TABLES
 
+    con.execute("DROP VIEW IF EXISTS routing_experts")
+    con.execute("DROP TABLE IF EXISTS routing_steps")
     for name in ("index_meta", "receipts", "damaged", *TABLES):
         con.execute(f"DROP TABLE IF EXISTS {name}")
 
@@ -241,7 +256,7 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
     con.execute("BEGIN TRANSACTION")
     con.execute("DELETE FROM receipts WHERE id = ?", [receipt_id])
     con.execute("DELETE FROM damaged WHERE id = ?", [receipt_id])
-    for name in TABLES:
+    for name in (*TABLES, "routing_steps"):
         con.execute(f"DELETE FROM {name} WHERE receipt_id = ?", [receipt_id])
     con.execute("COMMIT")
 
@@ -264,10 +279,10 @@ def _insert(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, dat
             path = root / artifact["path"]
             if not path.exists():
                 raise LedgerError(f"{path} is missing")
-            con.execute(
-                f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM read_parquet(?)",
-                [receipt_id, str(path)],
-            )
+            source = parquet_source(path) if name == "routing" else "read_parquet(?)"  # old receipts: long rows
+            con.execute(f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM {source}", [receipt_id, str(path)])
+            if name == "routing":  # its per-(step, layer) summary, computed once (analyses read only that)
+                index_step_summary(con, receipt_id)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

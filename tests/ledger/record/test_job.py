@@ -136,7 +136,7 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     routing = pq.read_table(rdir / "routing.parquet").to_pylist()
     per_layer: dict[tuple[int, int], int] = defaultdict(int)
     for r in routing:
-        per_layer[(r["step"], r["layer"])] += r["tokens"]
+        per_layer[(r["step"], r["layer"])] += sum(r["tokens"])
     # every rank's tokens are routed: 8 sequences x 32 tokens x top-2, summed over the 4 ranks
     assert set(per_layer.values()) == {8 * 32 * 2} and len(per_layer) == steps * 2
     telemetry = pq.read_table(rdir / "telemetry.parquet").to_pylist()

@@ -133,7 +133,7 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
     out = ledger_cli("verify")
     assert out.returncode == 1
     for victim, message in ((a, "table steps: 5 rows in the index, 5 in steps.parquet, values differ"),
-                            (c, "table routing: 8 rows in the index, 10 in routing.parquet"),  # 5 steps x 2 experts
+                            (c, "table routing: 4 rows in the index, 5 in routing.parquet"),  # a row per step (1 layer)
                             (c, "its receipts row differs from receipt.json"), (b, "listed as damaged (made up)")):
         assert f"{victim[:12]} index.duckdb: {message}" in out.stdout, out.stdout
     refused = ledger_cli("compare", a, b, "--json")
