@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from schemas.receipt import SCHEMA_VERSION
+from schemas.version import SCHEMA_VERSION
 
 
 class SchemaVersionError(ValueError):

@@ -15,9 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.factors import Factor
-
-SCHEMA_VERSION = 5
-"""The receipt schema version this code writes. Older versions are migrated on read."""
+from schemas.version import SCHEMA_VERSION
 
 
 def F(factor: Factor, default: Any = None, **kwargs: Any) -> Any:

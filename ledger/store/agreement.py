@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from ledger.errors import DamagedReceipt, LedgerError
-from ledger.store.integrity import Finding, verify_receipt
 from ledger.store.layout import INDEX
 from ledger.store.receipts import Ledger, parse_receipt
-from ledger.store.routing import parquet_source
-from schemas.tables import TABLES
+
+if TYPE_CHECKING:  # `ledger ls` runs listing_findings and must not load Arrow or the models
+    from ledger.store.integrity import Finding
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object],
@@ -31,6 +32,10 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[objec
 
 def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
     """Where the index disagrees with one intact receipt's files (its summary row, each metric table)."""
+    from ledger.store.integrity import Finding
+    from ledger.store.routing import parquet_source
+    from schemas.tables import TABLES
+
     findings = []
     try:
         receipt = parse_receipt(ledger.read_raw(receipt_id), ledger.path(receipt_id) / "receipt.json")
@@ -71,6 +76,8 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
 
 def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> list[Finding]:
     """Where the index disagrees with the files, over ``ids`` (intact receipts only) and the damaged list."""
+    from ledger.store.integrity import Finding, verify_receipt
+
     findings = []
     for receipt_id in ids:
         if not verify_receipt(ledger, receipt_id):
@@ -122,6 +129,8 @@ def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterab
 def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
     """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
     :class:`DamagedReceipt` naming what disagrees."""
+    from ledger.store.integrity import verify_receipt
+
     for receipt_id in dict.fromkeys(ids):
         findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id)
         if findings:
