@@ -147,7 +147,7 @@ def export(ledger: Ledger, target: str, fmt: str = "parquet") -> Exported:
         for name in (*TABLES, RECEIPTS):  # the receipts table last: its rows commit the batch
             if name == RECEIPTS:
                 fault("exporting")
-            if tables[name].num_rows:
+            if tables[name].num_rows or writer.wants_empty(name):
                 writer.write(name, tables[name], batch)
             result.rows[name] = tables[name].num_rows
     except LedgerError:
@@ -165,6 +165,10 @@ def export(ledger: Ledger, target: str, fmt: str = "parquet") -> Exported:
 class _Writer:
     def exported(self) -> set[str]:
         raise NotImplementedError
+
+    def wants_empty(self, name: str) -> bool:
+        """Whether an empty table is written (so that the table exists, with its schema, before any row)."""
+        return False
 
     def repair(self, todo: list[str]) -> int:
         raise NotImplementedError
@@ -245,6 +249,9 @@ class _Delta(_Writer):
         _check_version(rows.column(VERSION_COLUMN), f"{self.uri}/{RECEIPTS}")
         return set(rows.column("id").to_pylist())
 
+    def wants_empty(self, name: str) -> bool:
+        return self._table(name) is None
+
     @staticmethod
     def _batches(table: Any, key: str = BATCH_KEY) -> set[str]:
         return {b for c in table.history() if key in c for b in str(c[key]).split(",")}
@@ -270,11 +277,16 @@ class _Delta(_Writer):
         return repaired
 
     def write(self, name: str, table: pa.Table, batch: str) -> None:
-        from deltalake import CommitProperties, write_deltalake
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
 
         from schemas.receipt import SCHEMA_VERSION
 
-        write_deltalake(f"{self.uri}/{name}", table, mode="append", partition_by=[PARTITION],
-                        storage_options=self.options, name=name,
-                        description=f"stackreceipt {name}, receipt schema version {SCHEMA_VERSION}",
+        location = f"{self.uri}/{name}"
+        description = f"stackreceipt {name}, receipt schema version {SCHEMA_VERSION}"
+        if not table.num_rows:  # the table exists, with its schema, before its first row
+            DeltaTable.create(location, schema=table.schema, partition_by=[PARTITION], mode="ignore", name=name,
+                              description=description, storage_options=self.options)
+            return
+        write_deltalake(location, table, mode="append", partition_by=[PARTITION], storage_options=self.options,
+                        name=name, description=description,
                         commit_properties=CommitProperties(custom_metadata={BATCH_KEY: batch}))

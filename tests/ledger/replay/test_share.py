@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import BIN, child_env
 
 from ledger.replay import share
@@ -36,6 +37,7 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
             if p.is_file() and "index.duckdb" not in p.name}
 
 
+@pytest.mark.slow
 def test_push_pull_between_clones(tmp_path: Path, s3: Any, source: dict[str, str], clone: Any,
                                   make_dvc_repo: Any) -> None:
     bucket = s3.bucket(versioned=True)
@@ -72,6 +74,7 @@ def test_push_pull_between_clones(tmp_path: Path, s3: Any, source: dict[str, str
     assert share.pull(Ledger(second / "receipts")).moved == []
 
 
+@pytest.mark.slow
 def test_concurrent_pushes_lose_nothing_and_store_no_secret(tmp_path: Path, s3: Any, source: dict[str, str],
                                                             clone: Any, make_dvc_repo: Any,
                                                             planted_secret: str) -> None:
@@ -110,6 +113,7 @@ def test_concurrent_pushes_lose_nothing_and_store_no_secret(tmp_path: Path, s3: 
                 if planted_secret.encode() in s3.client().get_object(Bucket=bucket, Key=o["Key"])["Body"].read()]
 
 
+@pytest.mark.slow
 def test_unreachable_remote_leaves_the_ledger_untouched(tmp_path: Path, source: dict[str, str], clone: Any,
                                                         make_dvc_repo: Any) -> None:
     blocker = tmp_path / "file"
