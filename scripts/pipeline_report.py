@@ -45,7 +45,7 @@ def compare_both(a: str, b: str) -> tuple[str, str]:
 def query(sql: str) -> list[dict[str, object]]:
     """What `ledger query --json SQL` prints, parsed."""
     import ledger
-    from ledger.cli.kit import json_safe
+    from ledger.jsonsafe import json_safe
 
     rows: list[dict[str, object]] = json_safe(ledger.open(LEDGER_DIR).query(sql).to_pylist())
     return rows
