@@ -18,7 +18,7 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.core
-	$(PIP) -e ".[dev,dvc,web,tensorboard,hf,lightning,sign]" nvidia-ml-py pyyaml megatron-core
+	$(PIP) -e ".[dev,dvc,web,tensorboard,hf,lightning,sign,export]" nvidia-ml-py pyyaml megatron-core
 	@touch $@
 
 $(VENV)/.bench: $(VENV)/.core
