@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.factors import Factor
-from schemas.version import SCHEMA_VERSION
+from schemas.version import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
 
 
 def F(factor: Factor, default: Any = None, **kwargs: Any) -> Any:
