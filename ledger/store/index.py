@@ -11,6 +11,7 @@ a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duck
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -24,11 +25,11 @@ import duckdb
 import pyarrow as pa
 
 from ledger.errors import IndexBusy, LedgerError
-from ledger.store.layout import RECEIPT_FILE
+from ledger.store import journal, layout
 from ledger.store.receipts import Ledger
 from schemas.tables import TABLES
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 """Bump when the index layout changes: an index of another version is rebuilt on open."""
 
 _RECEIPT_COLUMNS: dict[str, str] = {
@@ -159,6 +160,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     columns = ", ".join(f'"{k}" {v}' for k, v in _RECEIPT_COLUMNS.items())
     con.execute(f"CREATE TABLE IF NOT EXISTS receipts ({columns})")
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
+    con.execute("CREATE TABLE IF NOT EXISTS index_dirs (dir VARCHAR PRIMARY KEY, mtime_ns BIGINT)")
     for name, schema in TABLES.items():
         empty = pa.schema([pa.field("receipt_id", pa.string())] + list(schema)).empty_table()
         con.register("_empty", empty)
@@ -167,7 +169,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
-    for name in ("index_meta", "receipts", "damaged", *TABLES):
+    for name in ("index_meta", "receipts", "damaged", "index_dirs", *TABLES):
         con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -180,40 +182,191 @@ class SyncResult:
     damaged: dict[str, str] = field(default_factory=dict)
 
 
+RACY_NS = 2_000_000_000
+"""A shard directory changed this recently may change again within the same mtime tick: its stamp is not
+trusted, and the next sync lists it again (git's "racily clean" rule)."""
+BATCH = 512
+"""Receipts per DuckDB statement when many are added (a reindex)."""
+
+
 def sync(
     ledger: Ledger,
     con: duckdb.DuckDBPyConnection,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    full: bool = False,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
-    (Verifying and validating a receipt loads the schemas and the publishing code: only when there is one.)"""
-    result = SyncResult()
-    on_disk = set(ledger.ids())
-    indexed = {r[0] for r in con.execute("SELECT id FROM receipts").fetchall()}
-    known_damaged = {r[0] for r in con.execute("SELECT id FROM damaged").fetchall()}
-    for gone in sorted((indexed | known_damaged) - on_disk):
-        _delete(con, gone)
-        result.removed.append(gone)
-    todo = sorted(on_disk - indexed - known_damaged)
-    for i, receipt_id in enumerate(todo):
-        from ledger.store.integrity import verify_receipt
-        from ledger.store.receipts import parse_receipt
 
-        try:
-            findings = verify_receipt(ledger, receipt_id)  # only verified data enters the index
-            if findings:
-                raise LedgerError(f"{findings[0].path}: {findings[0].problem}")
-            data = ledger.read_raw(receipt_id)
-            receipt = parse_receipt(data, ledger.path(receipt_id) / RECEIPT_FILE)
-            data = receipt.model_dump(mode="json")
-            _insert(ledger, con, receipt_id, data)
-            result.added.append(receipt_id)
-        except (LedgerError, duckdb.Error, OSError) as exc:
-            con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", [receipt_id, str(exc).splitlines()[0]])
-            result.damaged[receipt_id] = str(exc).splitlines()[0]
-        if progress:
-            progress(i + 1, len(todo))
+    Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
+    was published since), stats the shard directories and lists only those whose mtime changed (receipts
+    copied or pulled in, or removed). A full reconcile (every id listed) happens when asked (``full``),
+    when the ledger still holds receipts of the old flat layout, and when the journal was replaced."""
+    root = ledger.root
+    result = SyncResult()
+    meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+    offset = int(meta.get("journal_offset") or 0)
+    stamps: dict[str, int] = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+    now = time.time_ns()
+    new_stamps: dict[str, int] = {}
+    for shard in layout.shards(root):
+        mtime = _mtime(root / shard)
+        if mtime is not None:
+            new_stamps[shard] = mtime if now - mtime > RACY_NS else -1
+    # the journal first: a receipt published after this read is in a shard stamped after it, or next time
+    journal_ids, new_offset = journal.read_from(root, offset)
+    full = full or journal.size(root) < offset or bool(layout.flat_ids(root))
+    if full:
+        on_disk = set(ledger.ids())
+        known = _known(con, None)
+        candidates = on_disk - known
+        gone = known - on_disk
+    else:
+        changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
+        vanished = [s for s in stamps if s not in new_stamps]
+        candidates, gone = set(journal_ids), set()
+        everything = _known(con, None) if len(changed) + len(vanished) > 16 else None
+        for shard in changed + vanished:
+            listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
+            known = ({i for i in everything if i.startswith(shard)} if everything is not None
+                     else _known(con, shard))
+            candidates |= listed - known
+            gone |= known - listed
+        candidates -= _known_of(con, candidates)
+    for receipt_id in sorted(gone):
+        if not ledger.path(receipt_id).is_dir():
+            _delete(con, receipt_id)
+            result.removed.append(receipt_id)
+    _add(ledger, con, sorted(candidates), result, progress)
+    con.execute("BEGIN TRANSACTION")
+    con.execute("DELETE FROM index_dirs")
+    if new_stamps:
+        con.execute("INSERT INTO index_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
+                    [list(new_stamps), list(new_stamps.values())])
+    con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
+    con.execute("COMMIT")
     return result
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _known(con: duckdb.DuckDBPyConnection, prefix: str | None) -> set[str]:
+    """Ids in the index (indexed or known damaged), all or those of one shard."""
+    if prefix is None:
+        sql, params = "SELECT id FROM receipts UNION ALL SELECT id FROM damaged", []
+    else:
+        sql = ("SELECT id FROM receipts WHERE starts_with(id, ?) "
+               "UNION ALL SELECT id FROM damaged WHERE starts_with(id, ?)")
+        params = [prefix, prefix]
+    return {r[0] for r in con.execute(sql, params).fetchall()}
+
+
+def _known_of(con: duckdb.DuckDBPyConnection, ids: set[str]) -> set[str]:
+    """Those of ``ids`` the index already knows (indexed or damaged)."""
+    if not ids:
+        return set()
+    rows = con.execute(
+        "SELECT id FROM (SELECT unnest(?::VARCHAR[]) AS id) c "
+        "WHERE id IN (SELECT id FROM receipts) OR id IN (SELECT id FROM damaged)", [sorted(ids)]
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+@dataclass
+class _Ready:
+    receipt_id: str
+    row: tuple[Any, ...] | None = None
+    tables: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _prepare(ledger: Ledger, receipt_id: str) -> _Ready:
+    """Verify one receipt (digests, sizes, rows: only verified data enters the index) and make its row."""
+    from ledger.store.integrity import verified
+
+    try:
+        receipt = verified(ledger, receipt_id)
+        data = receipt.model_dump(mode="json")
+        directory = ledger.path(receipt_id)
+        tables = {a["path"][: -len(".parquet")]: str(directory / a["path"])
+                  for a in data.get("artifacts", ()) if a["kind"] == "table" and a.get("rows")}
+        return _Ready(receipt_id, _receipt_row(data), {k: v for k, v in tables.items() if k in TABLES})
+    except (LedgerError, OSError, ValueError) as exc:
+        return _Ready(receipt_id, error=str(exc).splitlines()[0])
+
+
+def _add(
+    ledger: Ledger, con: duckdb.DuckDBPyConnection, todo: list[str], result: SyncResult,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Add receipts: verified in parallel (hashing releases the GIL), inserted ``BATCH`` at a time, one
+    statement per table per batch; a batch that fails is retried one receipt at a time so that a damaged
+    receipt is named and the others still enter."""
+    if not todo:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(8, (os.cpu_count() or 1) * 2) if len(todo) > 1 else 1
+    done = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, len(todo), BATCH):
+            ready = list(pool.map(lambda rid: _prepare(ledger, rid), todo[start : start + BATCH]))
+            good = [r for r in ready if r.error is None]
+            for r in ready:
+                if r.error is not None:
+                    _mark_damaged(con, r.receipt_id, r.error, result)
+            try:
+                _insert_batch(con, good)
+                result.added.extend(r.receipt_id for r in good)
+            except duckdb.Error:
+                for r in good:
+                    try:
+                        _insert_batch(con, [r])
+                        result.added.append(r.receipt_id)
+                    except duckdb.Error as exc:
+                        _mark_damaged(con, r.receipt_id, str(exc).splitlines()[0], result)
+            done += len(ready)
+            if progress:
+                progress(done, len(todo))
+
+
+def _mark_damaged(con: duckdb.DuckDBPyConnection, receipt_id: str, error: str, result: SyncResult) -> None:
+    con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", [receipt_id, error])
+    result.damaged[receipt_id] = error
+
+
+def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
+    """One transaction: the receipts' rows in one statement, then each metric table of all of them in one
+    ``read_parquet`` over their files."""
+    if not ready:
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        rows = pa.Table.from_pylist([dict(zip(_RECEIPT_COLUMNS, r.row or (), strict=True)) for r in ready])
+        con.register("_batch_rows", rows)
+        con.execute("INSERT INTO receipts BY NAME SELECT * FROM _batch_rows")
+        con.unregister("_batch_rows")
+        for name in TABLES:
+            files = [(r.receipt_id, r.tables[name]) for r in ready if name in r.tables]
+            if not files:
+                continue
+            paths = pa.table({"receipt_id": [f[0] for f in files], "filename": [f[1] for f in files]})
+            con.register("_batch_files", paths)
+            con.execute(
+                f"INSERT INTO {name} BY NAME SELECT f.receipt_id, p.* EXCLUDE (filename) "
+                "FROM read_parquet(?, filename = true, union_by_name = true) p JOIN _batch_files f USING (filename)",
+                [[f[1] for f in files]],
+            )
+            con.unregister("_batch_files")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
@@ -223,32 +376,6 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
     for name in TABLES:
         con.execute(f"DELETE FROM {name} WHERE receipt_id = ?", [receipt_id])
     con.execute("COMMIT")
-
-
-def _insert(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, data: dict[str, Any]) -> None:
-    if data.get("id") != receipt_id:
-        raise LedgerError(f"receipt.json of {receipt_id} carries id {data.get('id')!r}")
-    root = ledger.path(receipt_id)
-    tables = {a["path"][: -len(".parquet")]: a for a in data.get("artifacts", ()) if a["kind"] == "table"}
-    con.execute("BEGIN TRANSACTION")
-    try:
-        placeholders = ", ".join("?" for _ in _RECEIPT_COLUMNS)
-        con.execute(f"INSERT INTO receipts VALUES ({placeholders})", list(_receipt_row(data)))
-        for name in TABLES:
-            artifact = tables.get(name)
-            if artifact is None or not artifact.get("rows"):
-                continue
-            path = root / artifact["path"]
-            if not path.exists():
-                raise LedgerError(f"{path} is missing")
-            con.execute(
-                f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM read_parquet(?)",
-                [receipt_id, str(path)],
-            )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 @contextmanager
@@ -289,7 +416,7 @@ def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) 
     with writable(ledger) as con:
         _drop_all(con)
         _ensure_schema(con)
-        return sync(ledger, con, progress)
+        return sync(ledger, con, progress, full=True)
 
 
 READER_LOCK_WAIT_S = 2.0

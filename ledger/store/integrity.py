@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ledger.errors import DamagedReceipt, LedgerError
+from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.publish import sha256_file
 from ledger.store.receipts import Ledger, parse_receipt
@@ -39,13 +39,40 @@ class Finding:
 def verify_receipt(ledger: Ledger, receipt_id: str, *, deep: bool = True) -> list[Finding]:
     """Everything wrong with one receipt: its JSON, its seal, each listed file (presence, size and, when
     ``deep``, sha256 and Parquet row count), and files that it does not list."""
+    return _verify(ledger, receipt_id, deep)[1]
+
+
+def verified(ledger: Ledger, receipt_id: str) -> Receipt:
+    """The receipt once everything :func:`verify_receipt` checks holds (receipt.json read once); raises
+    :class:`DamagedReceipt` with the first finding otherwise."""
+    receipt, findings = _verify(ledger, receipt_id, True)
+    if findings or receipt is None:
+        raise DamagedReceipt(f"{findings[0].path}: {findings[0].problem}")
+    return receipt
+
+
+def _verify(ledger: Ledger, receipt_id: str, deep: bool) -> tuple[Receipt | None, list[Finding]]:
+    from schemas import SchemaVersionError, migrate
+
     directory = ledger.path(receipt_id)
+    source = directory / RECEIPT_FILE
     try:
-        receipt = parse_receipt(ledger.read_raw(receipt_id), directory / RECEIPT_FILE)
+        try:
+            raw = json.loads(source.read_bytes())
+        except FileNotFoundError as exc:
+            raise DamagedReceipt(f"{source} is missing; run `ledger verify {receipt_id[:12]}`") from exc
+        except (OSError, ValueError) as exc:
+            raise InvalidReceipt(f"{source}: not valid JSON ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise InvalidReceipt(f"{source}: expected a JSON object")
+        digest = raw_digest(raw)
+        try:
+            receipt = parse_receipt(migrate(raw), source)
+        except SchemaVersionError as exc:
+            raise SchemaTooNew(f"{source}: {exc}") from exc
     except LedgerError as exc:
-        return [Finding(receipt_id, RECEIPT_FILE, str(exc).replace(str(directory / RECEIPT_FILE) + ": ", ""))]
+        return None, [Finding(receipt_id, RECEIPT_FILE, str(exc).replace(str(source) + ": ", ""))]
     findings = []
-    digest = raw_digest(json.loads((directory / RECEIPT_FILE).read_text()))
     if receipt.id != receipt_id or digest != receipt_id:
         findings.append(Finding(receipt_id, RECEIPT_FILE,
                                 f"content digest {digest[:12]} does not match the id: edited after publishing"))
@@ -74,7 +101,7 @@ def verify_receipt(ledger: Ledger, receipt_id: str, *, deep: bool = True) -> lis
     listed = {a.path for a in receipt.artifacts} | {RECEIPT_FILE}
     for extra in sorted(p.name for p in directory.iterdir() if p.name not in listed):
         findings.append(Finding(receipt_id, extra, "not listed in the receipt (added after publishing)"))
-    return findings
+    return receipt, findings
 
 
 def raw_digest(raw: dict[str, Any]) -> str:

@@ -11,14 +11,13 @@ On a machine without readable energy counters (no NVML, no RAPL) every energy fi
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, ids_in, load_receipt
 
 from ledger.analyses.km import kaplan_meier
 
@@ -41,10 +40,10 @@ class Ledger(LedgerAt):
     """The CLI bound to one test ledger, with a reader of its receipt files."""
 
     def receipt(self, receipt_id: str) -> dict[str, Any]:
-        return json.loads((self.dir / receipt_id / "receipt.json").read_text())
+        return load_receipt(self.dir, receipt_id)
 
     def ids(self) -> list[str]:
-        return sorted(p.name for p in self.dir.iterdir() if len(p.name) == 64)
+        return ids_in(self.dir)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, ids_in
 
 from ledger.ingest.launch import NOTHING
 
@@ -69,7 +69,7 @@ def test_nothing_captured_is_said_and_parse_reads_own_lines(tmp_path: Path) -> N
     assert "captured 1 steps (loss) from output [pattern]" in out.stderr
     bad = lg("record", "--parse", "loss (?P<loss>\\S+)", "--", "python", "quiet.py", check=False)
     assert bad.returncode == 2 and "named group for the step" in bad.stderr
-    assert len([p for p in (tmp_path / "receipts").iterdir() if len(p.name) == 64]) == 2  # the bad one never ran
+    assert len(ids_in(tmp_path / "receipts")) == 2  # the bad one never ran
 
 
 @pytest.mark.slow

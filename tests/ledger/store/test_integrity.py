@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, child_env
-from helpers import ids_in
+from helpers import ids_in, receipt_dir
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_attestation_is_checkable_with_standard_tools(ledger3, ledger_cli, ledge
     check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
     assert check.returncode == 0, check.stdout + check.stderr
     # after tampering, the statement no longer verifies and attest refuses
-    _edit_value(ledger_dir / rid / "receipt.json")
+    _edit_value(receipt_dir(ledger_dir, rid) / "receipt.json")
     check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
     assert check.returncode != 0
     refused = ledger_cli("attest", rid)
@@ -185,6 +185,6 @@ def test_signed_attestation_verifies_and_fails_after_tampering(ledger3, ledger_c
     (tmp_path / "forged.json").write_text(json.dumps(forged))
     assert ledger_cli("verify", "--attestation", str(tmp_path / "forged.json"), "--key", str(pub)).returncode == 1
     # a file changed after signing fails its digest, with the signature still valid
-    _garbage(ledger_dir / rid / "steps.parquet")
+    _garbage(receipt_dir(ledger_dir, rid) / "steps.parquet")
     damaged = ledger_cli("verify", "--attestation", str(out), "--key", str(pub))
     assert damaged.returncode == 1 and f"{rid}/steps.parquet: sha256 does not match" in damaged.stdout
