@@ -10,6 +10,7 @@ a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duck
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -71,7 +72,8 @@ _RECEIPT_COLUMNS: dict[str, str] = {
 }
 
 
-def _receipt_row(data: dict[str, Any]) -> tuple[Any, ...]:
+def _receipt_row(data: dict[str, Any], text: str | None = None) -> tuple[Any, ...]:
+    """The receipts table's row of a receipt (``text``: its JSON, when the caller has it already)."""
     stack, workload, summary = data.get("stack", {}), data.get("workload", {}), data.get("summary", {})
     links = data.get("links", {})
     code, hardware = stack.get("code", {}), stack.get("hardware", {})
@@ -110,7 +112,7 @@ def _receipt_row(data: dict[str, Any]) -> tuple[Any, ...]:
         "energy_j": summary.get("energy_j"),
         "problems": len(data.get("problems") or ()),
         "schema_version": data.get("schema_version"),
-        "receipt": json.dumps(data, sort_keys=True),
+        "receipt": text if text is not None else json.dumps(data, sort_keys=True),
     }
     return tuple(row[c] for c in _RECEIPT_COLUMNS)
 
@@ -130,7 +132,11 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text or "resource temporarily unavailable" in text
 
 
-def _connect(path: Path, timeout: float, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: Path, timeout: float, read_only: bool = False, give_way: Callable[[], bool] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """Open the index, retrying while another process holds it, for ``timeout`` at most; ``give_way``
+    (a publisher's) stops the wait as soon as a reader waits for the index too."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -141,13 +147,44 @@ def _connect(path: Path, timeout: float, read_only: bool = False) -> duckdb.Duck
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (give_way is not None and give_way()):
                 raise IndexBusy(
                     f"the index {path} stayed locked by another process for {timeout:.0f} s; retry, "
                     "or delete it (it is derived) and run `ledger reindex`"
                 ) from exc
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.25)
+
+
+@contextmanager
+def _reader_waiting(ledger: Ledger) -> Iterator[None]:
+    """Announce a reader for the duration of the block (a shared ``flock`` of ``index.readers``):
+    publishers then leave the index to it instead of competing for its lock."""
+    try:
+        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only ledger: nobody publishes into it
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def readers_waiting(ledger: Ledger) -> bool:
+    """Whether a reader waits for, or reads, the index right now."""
+    try:
+        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the probe's lock
+    return False
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -207,12 +244,7 @@ def sync(
     meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
     offset = int(meta.get("journal_offset") or 0)
     stamps: dict[str, int] = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
-    now = time.time_ns()
-    new_stamps: dict[str, int] = {}
-    for shard in layout.shards(root):
-        mtime = _mtime(root / shard)
-        if mtime is not None:
-            new_stamps[shard] = mtime if now - mtime > RACY_NS else -1
+    new_stamps = _stamps(root)
     # the journal first: a receipt published after this read is in a shard stamped after it, or next time
     journal_ids, new_offset = journal.read_from(root, offset)
     full = full or journal.size(root) < offset or bool(layout.flat_ids(root))
@@ -248,6 +280,31 @@ def sync(
     return result
 
 
+def _stamps(root: Path) -> dict[str, int]:
+    """Each shard directory's mtime (-1 when too recent to be trusted)."""
+    now = time.time_ns()
+    stamps = {}
+    for shard in layout.shards(root):
+        mtime = _mtime(root / shard)
+        if mtime is not None:
+            stamps[shard] = mtime if now - mtime > RACY_NS else -1
+    return stamps
+
+
+def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the index holds every receipt on disk, decided without listing a receipt: nothing appended
+    to the journal since its last sync, no shard directory changed, no receipt in the old flat layout."""
+    try:
+        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+        stamps = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+    except duckdb.Error:  # an index of another version
+        return False
+    if meta.get("version") != str(INDEX_VERSION) or int(meta.get("journal_offset") or 0) != journal.size(ledger.root):
+        return False
+    current = _stamps(ledger.root)
+    return current == stamps and all(v >= 0 for v in current.values()) and not layout.flat_ids(ledger.root)
+
+
 def _mtime(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns
@@ -281,21 +338,23 @@ def _known_of(con: duckdb.DuckDBPyConnection, ids: set[str]) -> set[str]:
 class _Ready:
     receipt_id: str
     row: tuple[Any, ...] | None = None
-    tables: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """table name -> (Parquet file, rows listed in the receipt), for the tables with rows"""
     error: str | None = None
 
 
 def _prepare(ledger: Ledger, receipt_id: str) -> _Ready:
-    """Verify one receipt (digests, sizes, rows: only verified data enters the index) and make its row."""
+    """Verify one receipt (digests and sizes here; row counts by the batch: only verified data enters the
+    index) and make its row."""
     from ledger.store.integrity import verified
 
     try:
-        receipt = verified(ledger, receipt_id)
-        data = receipt.model_dump(mode="json")
+        checked = verified(ledger, receipt_id, rows=False)
         directory = ledger.path(receipt_id)
-        tables = {a["path"][: -len(".parquet")]: str(directory / a["path"])
-                  for a in data.get("artifacts", ()) if a["kind"] == "table" and a.get("rows")}
-        return _Ready(receipt_id, _receipt_row(data), {k: v for k, v in tables.items() if k in TABLES})
+        tables = {a.path[: -len(".parquet")]: (str(directory / a.path), a.rows or 0)
+                  for a in checked.receipt.artifacts if a.kind == "table" and a.rows}
+        row = _receipt_row(checked.data, checked.receipt.model_dump_json())
+        return _Ready(receipt_id, row, {k: v for k, v in tables.items() if k in TABLES})
     except (LedgerError, OSError, ValueError) as exc:
         return _Ready(receipt_id, error=str(exc).splitlines()[0])
 
@@ -323,12 +382,12 @@ def _add(
             try:
                 _insert_batch(con, good)
                 result.added.extend(r.receipt_id for r in good)
-            except duckdb.Error:
+            except (duckdb.Error, LedgerError):
                 for r in good:
                     try:
                         _insert_batch(con, [r])
                         result.added.append(r.receipt_id)
-                    except duckdb.Error as exc:
+                    except (duckdb.Error, LedgerError) as exc:
                         _mark_damaged(con, r.receipt_id, str(exc).splitlines()[0], result)
             done += len(ready)
             if progress:
@@ -341,26 +400,36 @@ def _mark_damaged(con: duckdb.DuckDBPyConnection, receipt_id: str, error: str, r
 
 
 def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
-    """One transaction: the receipts' rows in one statement, then each metric table of all of them in one
-    ``read_parquet`` over their files."""
+    """One transaction: the receipts' rows in one statement, each metric table of all of them in one
+    ``read_parquet`` over their files; the row counts of every file checked first, in one statement over
+    their Parquet footers."""
     if not ready:
         return
+    files = {path: rows for r in ready for path, rows in r.tables.values()}
+    if files:
+        found = dict(con.execute("SELECT file_name, num_rows FROM parquet_file_metadata(?)",
+                                 [list(files)]).fetchall())
+        for r in ready:
+            for path, rows in r.tables.values():
+                if found.get(path) != rows:
+                    raise LedgerError(f"{Path(path).name} of {r.receipt_id[:12]}: {found.get(path)} rows, "
+                                      f"listed as {rows}")
     con.execute("BEGIN TRANSACTION")
     try:
-        rows = pa.Table.from_pylist([dict(zip(_RECEIPT_COLUMNS, r.row or (), strict=True)) for r in ready])
-        con.register("_batch_rows", rows)
+        rows_table = pa.Table.from_pylist([dict(zip(_RECEIPT_COLUMNS, r.row or (), strict=True)) for r in ready])
+        con.register("_batch_rows", rows_table)
         con.execute("INSERT INTO receipts BY NAME SELECT * FROM _batch_rows")
         con.unregister("_batch_rows")
         for name in TABLES:
-            files = [(r.receipt_id, r.tables[name]) for r in ready if name in r.tables]
-            if not files:
+            batch = [(r.receipt_id, r.tables[name][0]) for r in ready if name in r.tables]
+            if not batch:
                 continue
-            paths = pa.table({"receipt_id": [f[0] for f in files], "filename": [f[1] for f in files]})
+            paths = pa.table({"receipt_id": [b[0] for b in batch], "filename": [b[1] for b in batch]})
             con.register("_batch_files", paths)
             con.execute(
                 f"INSERT INTO {name} BY NAME SELECT f.receipt_id, p.* EXCLUDE (filename) "
                 "FROM read_parquet(?, filename = true, union_by_name = true) p JOIN _batch_files f USING (filename)",
-                [[f[1] for f in files]],
+                [[b[1] for b in batch]],
             )
             con.unregister("_batch_files")
         con.execute("COMMIT")
@@ -379,16 +448,18 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
 
 
 @contextmanager
-def writable(ledger: Ledger, timeout: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def writable(
+    ledger: Ledger, timeout: float = 30.0, give_way: Callable[[], bool] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection to the index with its schema in place (waits for the lock)."""
     ledger.root.mkdir(parents=True, exist_ok=True)
     try:
-        con = _connect(ledger.index_path, timeout)
+        con = _connect(ledger.index_path, timeout, give_way=give_way)
     except duckdb.Error as exc:
         if isinstance(exc, duckdb.IOException) and _is_lock_error(exc):
             raise
         _quarantine(ledger.index_path)  # not a DuckDB file any more: it is derived, rebuild it
-        con = _connect(ledger.index_path, timeout)
+        con = _connect(ledger.index_path, timeout, give_way=give_way)
     try:
         _ensure_schema(con)
         yield con
@@ -403,9 +474,12 @@ def _quarantine(path: Path) -> None:
 
 
 def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
-    """Sync if the index lock comes free within ``timeout``; otherwise leave it to the next reader."""
+    """Sync if the index lock comes free within ``timeout``; otherwise leave it to the next reader. A
+    publisher gives way at once to a reader that waits (the reader syncs what it needs itself)."""
+    if readers_waiting(ledger):
+        return None
     try:
-        with writable(ledger, timeout) as con:
+        with writable(ledger, timeout, give_way=lambda: readers_waiting(ledger)) as con:
             return sync(ledger, con)
     except IndexBusy:
         return None
@@ -427,24 +501,44 @@ READER_LOCK_WAIT_S = 2.0
 def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """A synced, read-only connection (no writes, no access to files outside the index).
 
-    DuckDB lets one process write a file and no process read it meanwhile. A reader waits ``timeout`` for
-    the lock (to sync, then again to open); when writers keep it busy longer, it reads the receipt files
-    themselves into an in-memory index (every receipt verified, as a sync does), says so on stderr and
-    never waits more than twice ``timeout``."""
-    if ledger.root.is_dir():
-        try:
-            with writable(ledger, timeout) as con:
-                sync(ledger, con)
-            con = _connect(ledger.index_path, timeout, read_only=True)
-        except IndexBusy:
-            con = _from_files(ledger)
-    else:
+    DuckDB lets one process write a file and no process read it meanwhile. A reader announces itself
+    (publishers then stop competing for the lock, :func:`try_sync`), opens the index read-only when it is
+    already current (:func:`is_current`: no receipt listed), else waits ``timeout`` for the lock to sync,
+    then again to open; when the index stays busy longer (a ``reindex``, another reader's long query), it
+    reads the receipt files themselves into an in-memory index (every receipt verified, as a sync does),
+    says so on stderr and never waits more than twice ``timeout``."""
+    if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+    with _reader_waiting(ledger):  # held while reading too: publishers do not queue behind a read
+        con = _open_current(ledger, timeout)
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
+    if ledger.index_path.exists():
+        try:
+            con = _connect(ledger.index_path, min(timeout, 0.5), read_only=True)
+        except (IndexBusy, duckdb.Error):
+            con = None
+        if con is not None:
+            if is_current(ledger, con):
+                return con
+            con.close()
     try:
-        yield con
-    finally:
-        con.close()
+        with writable(ledger, timeout) as con:
+            sync(ledger, con)
+        return _connect(ledger.index_path, timeout, read_only=True)
+    except IndexBusy:
+        return _from_files(ledger)
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:

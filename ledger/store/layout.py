@@ -12,6 +12,7 @@ Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
       .staging/<run_uuid>/    a run in progress ($LEDGER_RUN_DIR); removed once published
       .tmp-<uuid>/            a receipt being assembled; renamed into place atomically
       index.duckdb            derived index (rebuildable with `ledger reindex`)
+      index.readers           locked by readers of the index (publishers give way to them)
 
 Staging directory of one run::
 
@@ -61,6 +62,9 @@ WRAPPER_RANK_DIR = "wrapper"
 STREAM_SUFFIX = ".arrows"
 JSONL_SUFFIX = ".jsonl"
 
+READERS_GATE = "index.readers"
+"""In the ledger directory: ``flock``'ed (shared) by readers of the index while they wait and read;
+publishers that find it held leave the index to them."""
 JOURNAL = "journal"
 """In the ledger directory: one published id a line, appended once the receipt is in place."""
 SHARD_CHARS = 2

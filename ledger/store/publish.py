@@ -385,8 +385,8 @@ def publish(
             raise
         _fsync_dir(target.parent)
         _fsync_dir(ledger.root)
+        fault("published")  # visible, not yet in the journal: recover appends it (PUBLISHED_AS)
         journal.append(ledger.root, receipt.id)
-        fault("published")
     shutil.rmtree(run_dir, ignore_errors=True)
     return receipt
 

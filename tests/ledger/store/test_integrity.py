@@ -64,7 +64,7 @@ DAMAGE = {
 def test_damage_is_named_and_contained(kind: str, ledger3, ledger_cli, ledger_dir) -> None:
     victim, healthy = ledger3[1], [ledger3[0], ledger3[2]]
     filename, damage, message = DAMAGE[kind]
-    damage(ledger_dir / victim / filename)
+    damage(receipt_dir(ledger_dir, victim) / filename)
     out = ledger_cli("verify")
     assert out.returncode == 1
     assert f"{victim[:12]} {filename}: " in out.stdout and message in out.stdout
@@ -91,7 +91,7 @@ def test_attestation_is_checkable_with_standard_tools(ledger3, ledger_cli, ledge
     assert stmt["_type"] == "https://in-toto.io/Statement/v1" and stmt["predicateType"]
     assert stmt["predicate"]["receipt_id"] == rid and "workload" in stmt["predicate"]
     names = {s["name"] for s in stmt["subject"]}
-    assert f"{rid}/receipt.json" in names and f"{rid}/steps.parquet" in names
+    assert f"{rid[:2]}/{rid}/receipt.json" in names and f"{rid[:2]}/{rid}/steps.parquet" in names
     # every subject digest checks out with coreutils' sha256sum, run from the ledger directory
     sums = "".join(f"{s['digest']['sha256']}  {s['name']}\n" for s in stmt["subject"])
     check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
