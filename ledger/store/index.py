@@ -188,6 +188,13 @@ def readers_waiting(ledger: Ledger) -> bool:
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    try:  # the usual case, read without writing: an index of this version (a publisher holds the lock less)
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if {"index_meta", "receipts", "damaged", "index_dirs", *TABLES} <= tables and con.execute(
+                "SELECT value FROM index_meta WHERE key = 'version'").fetchone() == (str(INDEX_VERSION),):
+            return
+    except duckdb.Error:
+        pass
     con.execute("CREATE TABLE IF NOT EXISTS index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     row = con.execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()
     if row is not None and row[0] != str(INDEX_VERSION):
@@ -270,13 +277,17 @@ def sync(
             _delete(con, receipt_id)
             result.removed.append(receipt_id)
     _add(ledger, con, sorted(candidates), result, progress)
-    con.execute("BEGIN TRANSACTION")
-    con.execute("DELETE FROM index_dirs")
-    if new_stamps:
-        con.execute("INSERT INTO index_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
-                    [list(new_stamps), list(new_stamps.values())])
-    con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
-    con.execute("COMMIT")
+    changed_stamps = {k: v for k, v in new_stamps.items() if stamps.get(k) != v}
+    gone_stamps = [k for k in stamps if k not in new_stamps]
+    if changed_stamps or gone_stamps or new_offset != offset:
+        con.execute("BEGIN TRANSACTION")
+        if gone_stamps:
+            con.execute("DELETE FROM index_dirs WHERE list_contains(?::VARCHAR[], dir)", [gone_stamps])
+        if changed_stamps:
+            con.execute("INSERT OR REPLACE INTO index_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
+                        [list(changed_stamps), list(changed_stamps.values())])
+        con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
+        con.execute("COMMIT")
     return result
 
 
@@ -495,6 +506,10 @@ def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) 
 
 READER_LOCK_WAIT_S = 2.0
 """How long a reader waits for the index lock, twice at most (to sync, then to open the synced index)."""
+READER_FALLBACK_MAX = 500
+"""Up to this many published receipts, a reader that cannot get the index reads the files instead; above it,
+it waits for the index (up to :data:`READER_LONG_WAIT_S`): verifying every file would take longer."""
+READER_LONG_WAIT_S = 60.0
 
 
 @contextmanager
@@ -506,7 +521,8 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
     already current (:func:`is_current`: no receipt listed), else waits ``timeout`` for the lock to sync,
     then again to open; when the index stays busy longer (a ``reindex``, another reader's long query), it
     reads the receipt files themselves into an in-memory index (every receipt verified, as a sync does),
-    says so on stderr and never waits more than twice ``timeout``."""
+    says so on stderr and never waits more than twice ``timeout`` — in a ledger of up to
+    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead."""
     if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -538,7 +554,12 @@ def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
             sync(ledger, con)
         return _connect(ledger.index_path, timeout, read_only=True)
     except IndexBusy:
-        return _from_files(ledger)
+        if journal.size(ledger.root) // 65 <= READER_FALLBACK_MAX:  # 65 bytes a journal line
+            return _from_files(ledger)
+    # a large ledger: reading every file would take far longer than the writer in the way
+    with writable(ledger, READER_LONG_WAIT_S) as con:
+        sync(ledger, con)
+    return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:
