@@ -13,8 +13,9 @@ from pathlib import Path
 from ledger.errors import BadInput, LedgerError, MissingExtra
 from ledger.store.receipts import Ledger
 
-IGNORED = ("index.duckdb", "index.duckdb.*", ".staging/", ".tmp-*")
-"""Inside a ledger, never shared: the derived index, runs in progress, publishes in progress."""
+IGNORED = ("index.duckdb", "index.duckdb.*", "index.readers", "journal", ".staging/", ".tmp-*")
+"""Inside a ledger, never shared: the derived index and its readers' lock, the journal (what this clone
+published; receipts pulled in are found by the index's shard check), runs and publishes in progress."""
 
 
 @dataclass

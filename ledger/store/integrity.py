@@ -13,8 +13,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.publish import sha256_file
@@ -107,6 +105,8 @@ def _verify(
             findings.append(Finding(receipt_id, artifact.path, "sha256 does not match the listed digest"))
             continue
         if artifact.kind == "table" and rows:
+            import pyarrow.parquet as pq  # here: `show` of a receipt need not load it
+
             try:
                 table_rows = pq.ParquetFile(path).metadata.num_rows
             except Exception as exc:  # pyarrow raises several types for damaged files
@@ -128,8 +128,9 @@ def raw_digest(raw: dict[str, Any]) -> str:
 def check_intact(ledger: Ledger, receipt_id: str) -> Receipt:
     """The receipt, once verified (valid, sealed, every file present with its digest); a damaged one
     raises :class:`DamagedReceipt` naming the file."""
-    receipt = ledger.load(receipt_id)
-    findings = verify_receipt(ledger, receipt_id)
+    receipt, findings, _ = _verify(ledger, receipt_id, True)  # receipt.json read and validated once
+    if receipt is None:
+        receipt = ledger.load(receipt_id)  # raises the error that names the field
     if findings:
         raise DamagedReceipt(
             f"receipt {receipt_id[:12]} is damaged: {findings[0].path}: {findings[0].problem}"
