@@ -226,6 +226,9 @@ class SyncResult:
     damaged: dict[str, str] = field(default_factory=dict)
 
 
+PUBLISHER_SYNC_LIMIT = 16
+"""A publisher's sync adds at most this many receipts (its own first): under many writers the backlog is
+shared out instead of one publisher holding the lock while readers wait."""
 RACY_NS = 2_000_000_000
 """A shard directory changed this recently may change again within the same mtime tick: its stamp is not
 trusted, and the next sync lists it again (git's "racily clean" rule)."""
@@ -239,8 +242,11 @@ def sync(
     progress: Callable[[int, int], None] | None = None,
     *,
     full: bool = False,
+    limit: int | None = None,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
+    ``limit``: add at most this many (the latest published first) and leave the rest, and the journal offset
+    and shard stamps, to the next sync: a publisher holds the index's lock for a bounded time.
 
     Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
     was published since), stats the shard directories and lists only those whose mtime changed (receipts
@@ -276,7 +282,13 @@ def sync(
         if not ledger.path(receipt_id).is_dir():
             _delete(con, receipt_id)
             result.removed.append(receipt_id)
-    _add(ledger, con, sorted(candidates), result, progress)
+    todo = sorted(candidates)
+    if limit is not None and len(todo) > limit:
+        latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
+        todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
+        _add(ledger, con, todo, result, progress)
+        return result  # not up to date: offset and stamps stay, the next sync finds the rest again
+    _add(ledger, con, todo, result, progress)
     changed_stamps = {k: v for k, v in new_stamps.items() if stamps.get(k) != v}
     gone_stamps = [k for k in stamps if k not in new_stamps]
     if changed_stamps or gone_stamps or new_offset != offset:
@@ -491,7 +503,7 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
         return None
     try:
         with writable(ledger, timeout, give_way=lambda: readers_waiting(ledger)) as con:
-            return sync(ledger, con)
+            return sync(ledger, con, limit=PUBLISHER_SYNC_LIMIT)
     except IndexBusy:
         return None
 

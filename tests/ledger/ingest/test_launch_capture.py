@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt, ids_in
+from helpers import LedgerAt, ids_in, receipt_dir
 
 from ledger.ingest.launch import NOTHING
 
@@ -88,9 +88,9 @@ def test_tensorboard_script(tmp_path: Path) -> None:
     out = lg("record", "--name", "tb", "--", "python", "tb.py")
     assert "captured 4 steps (loss, lr) from runs/exp [tensorboard]; evals 2" in out.stderr
     r = _receipt(lg, "tb")
-    steps = pq.read_table(tmp_path / "receipts" / r["id"] / "steps.parquet").to_pydict()
+    steps = pq.read_table(receipt_dir(tmp_path / "receipts", r["id"]) / "steps.parquet").to_pydict()
     assert steps["step"] == [1, 2, 3, 4] and steps["loss"] == pytest.approx([4.0, 2.0, 4.0 / 3, 1.0], rel=1e-7)
     assert steps["lr"] == pytest.approx([0.01] * 4, rel=1e-7)  # TensorBoard keeps float32
-    evals = pq.read_table(tmp_path / "receipts" / r["id"] / "evals.parquet").to_pydict()
+    evals = pq.read_table(receipt_dir(tmp_path / "receipts", r["id"]) / "evals.parquet").to_pydict()
     assert list(zip(evals["step"], evals["split"], evals["metric"], evals["value"], strict=True)) == [
         (2, "eval", "loss", 2.5), (4, "eval", "loss", 1.25)]  # exact in float32

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import BIN, child_env
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def test_a_node_that_never_reports_is_lost_after_the_timeout(tmp_path: Path) -> 
     nodes = receipt["stack"]["nodes"]  # type: ignore[index]
     assert [(n["node_rank"], n["status"]) for n in nodes] == [(0, "ended"), (1, "lost")]
     assert nodes[1]["detail"] == "never reported (no wrapper staged this node)"
-    steps = pq.read_table(tmp_path / "receipts" / ids[0] / "steps.parquet")
+    steps = pq.read_table(receipt_dir(tmp_path / "receipts", ids[0]) / "steps.parquet")
     assert steps.column("step").to_pylist() == [1, 2, 3]  # node 0's data all there
 
 
@@ -86,7 +86,7 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     nodes = receipt["stack"]["nodes"]  # type: ignore[index]
     assert [(n["node_rank"], n["status"], n["ranks"]) for n in nodes] == [(0, "lost", [0]), (1, "ended", [1])]
     assert receipt["status"] == "failed"
-    timing = pq.read_table(tmp_path / "receipts" / ids[0] / "timing.parquet").to_pylist()
+    timing = pq.read_table(receipt_dir(tmp_path / "receipts", ids[0]) / "timing.parquet").to_pylist()
     assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
     again = subprocess.run(recover, env=child_env(), capture_output=True, text=True, timeout=60)
     assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids

@@ -145,7 +145,7 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
 def test_compare_refuses_a_receipt_damaged_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
     a, b = ledger3[0], ledger3[1]
     ledger_cli("ls", check=True)
-    _garbage(ledger_dir / a / "steps.parquet")
+    _garbage(receipt_dir(ledger_dir, a) / "steps.parquet")
     refused = ledger_cli("compare", a, b)
     assert refused.returncode == 1 and "sha256 does not match" in refused.stderr
 

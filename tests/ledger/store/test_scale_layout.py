@@ -184,3 +184,14 @@ def test_a_current_index_is_opened_without_the_write_lock(tmp_path: Path) -> Non
             assert con.execute("SELECT count(*) FROM receipts").fetchone() == (2,)
     finally:
         holder.communicate("", timeout=60)
+
+
+def test_a_publishers_sync_is_bounded_and_the_next_one_finds_the_rest(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 5)  # published, none indexed yet
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=2)
+        assert ids[-1] in first.added and len(first.added) == 2  # the latest published first
+        rest = index.sync(ledger, con)
+    assert sorted(first.added + rest.added) == sorted(ids)
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
