@@ -46,7 +46,7 @@ def test_two_lrs_of_a_plain_script_differ_in_arguments(tmp_path: Path) -> None:
     assert args["lr"] == "1e-3" and args["arg1"] == "train.yaml"
     assert args["train.yaml:optimizer.betas"] == "[0.9, 0.95]"
     assert args["train.yaml:wandb.api_key"] == "<redacted>"
-    assert "s3cr3tv4lue99" not in (tmp_path / "receipts").joinpath(a["id"], "receipt.json").read_text()
+    assert "s3cr3tv4lue99" not in (receipt_dir(tmp_path / "receipts", a["id"]) / "receipt.json").read_text()
     import hashlib
     assert args["train.yaml:@sha256"] == hashlib.sha256((tmp_path / "train.yaml").read_bytes()).hexdigest()
     assert a["capture"]["tables"][0]["source"] == "output" and a["capture"]["config_sources"] == ["argv", "train.yaml"]
