@@ -9,11 +9,24 @@ from typing import Any
 
 
 def ids_in(ledger_dir: Path) -> list[str]:
-    return sorted(p.name for p in ledger_dir.iterdir() if len(p.name) == 64) if ledger_dir.exists() else []
+    """Ids of the receipt directories in a ledger, in either layout (``<id[:2]>/<id>`` or the old ``<id>``),
+    found by listing here, independently of the code under test."""
+    if not ledger_dir.exists():
+        return []
+    flat = {p.name for p in ledger_dir.iterdir() if len(p.name) == 64}
+    sharded = {p.name for s in ledger_dir.iterdir() if len(s.name) == 2 and s.is_dir() for p in s.iterdir()
+               if len(p.name) == 64}
+    return sorted(flat | sharded)
+
+
+def receipt_dir(ledger_dir: Path, receipt_id: str) -> Path:
+    """A receipt's directory in a ledger: its shard, else the old flat place."""
+    sharded = ledger_dir / receipt_id[:2] / receipt_id
+    return sharded if sharded.is_dir() else ledger_dir / receipt_id
 
 
 def load_receipt(ledger_dir: Path, receipt_id: str) -> dict[str, object]:
-    return json.loads((ledger_dir / receipt_id / "receipt.json").read_text())
+    return json.loads((receipt_dir(ledger_dir, receipt_id) / "receipt.json").read_text())
 
 
 class LedgerAt:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, ROOT, child_env
+from helpers import receipt_dir
 
 
 def _sh(args: list[str], cwd: Path, timeout: float = 600) -> str:
@@ -52,7 +53,7 @@ def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> 
                                  "run@bf16-capacity-s1", "compare"}
     ids = {p.stem: p.read_text().strip() for p in (repo / "pipeline" / "runs").glob("*.id")}
     assert len(ids) == 6 and all(re.fullmatch(r"[0-9a-f]{64}", i) for i in ids.values())
-    assert all((repo / "demo" / "receipts" / i / "receipt.json").is_file() for i in ids.values())
+    assert all((receipt_dir(repo / "demo" / "receipts", i) / "receipt.json").is_file() for i in ids.values())
     assert not (repo / "receipts").exists()  # the demo's own ledger: the Quickstart's ./receipts starts empty
     report = json.loads((repo / "pipeline" / "compare.json").read_text())
     assert {c["factor"] for c in report["changed_factors"]} == {"precision", "router"}
@@ -93,7 +94,7 @@ def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> 
     assert _ran(third) == {"run@bf16", "compare"}
     new = (repo / "pipeline" / "runs" / "bf16.id").read_text().strip()
     assert new != ids["bf16"]
-    receipt = json.loads((repo / "demo" / "receipts" / new / "receipt.json").read_text())
+    receipt = json.loads((receipt_dir(repo / "demo" / "receipts", new) / "receipt.json").read_text())
     assert receipt["workload"]["seed"] == 1
 
 

@@ -174,13 +174,7 @@ def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, 
     from ledger.report import console as render
     from ledger.store import reading
 
-    rows = reading.list_receipts(ledger_from(ctx, ledger_path, must_exist=True), where)
-    if sort is not None:
-        rows = reading.sort_rows(rows, sort, desc)
-    elif desc:
-        rows.reverse()
-    if limit is not None:
-        rows = rows[:limit]
+    rows = reading.list_receipts(ledger_from(ctx, ledger_path, must_exist=True), where, sort, desc, limit)
     from ledger.report.safe import visible
 
     for row in rows:  # the index is derived: a row whose files are gone or changed is said, not trusted
@@ -249,19 +243,24 @@ def query(ctx: click.Context, sql: str, as_json: bool, timeout: float, ledger_pa
 
 
 @cli.command()
+@click.option("--migrate", is_flag=True, help="First move receipts of the old flat layout (<id>/) into their "
+              "shards (<id[:2]>/<id>/); readers see every receipt throughout.")
 @ledger_option
 @click.pass_context
-def reindex(ctx: click.Context, ledger_path: Path | None) -> None:
+def reindex(ctx: click.Context, migrate: bool, ledger_path: Path | None) -> None:
     """Rebuild the DuckDB index from the receipt files (the index is derived: nothing is lost).
 
     Example:
 
         ledger reindex --ledger /shared/receipts
+        ledger reindex --migrate
     """
     from ledger.report import console as render
     from ledger.store import index
 
     ledger = ledger_from(ctx, ledger_path)
+    if migrate:
+        click.echo(f"moved {len(ledger.migrate_layout())} receipt(s) of the old flat layout into shards")
     with render.progress("indexing receipts") as advance:
         result = index.reindex(ledger, advance)
     click.echo(f"indexed {len(result.added)} receipt(s)" + (

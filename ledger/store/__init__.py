@@ -1,6 +1,7 @@
 """The store: receipts as files (the truth) and the DuckDB index derived from them.
 
-layout (where everything lives), receipts (the :class:`Ledger` directory, reading and writing one receipt),
+layout (where everything lives: receipts in shards by id prefix), journal (the ids published, append-only),
+receipts (the :class:`Ledger` directory, reading and writing one receipt),
 merge and summary (staging rank files into tables and headline figures), energy, publish (one atomic
 rename, exactly once), integrity and verify (digests), index (DuckDB), refs, filters, links, attempts and
 reading (what every command reads through), faults (crash points for the tests).

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import BadInput, MissingExtra
+from ledger.store.layout import ID_RE, is_shard_dir
 from ledger.store.publish import sha256_file
 from ledger.store.receipts import Ledger
 
@@ -96,7 +97,7 @@ def verify(ledger: Ledger, attestation: Path, key_path: Path | None) -> tuple[li
     for subject in subjects:
         name = str(subject.get("name", ""))
         want = (subject.get("digest") or {}).get("sha256")
-        path = ledger.root / name
+        path = _subject_path(ledger, name)
         if ".." in Path(name).parts or Path(name).is_absolute():
             problems.append(f"{name}: subject outside the ledger")
         elif not path.is_file():
@@ -104,3 +105,13 @@ def verify(ledger: Ledger, attestation: Path, key_path: Path | None) -> tuple[li
         elif sha256_file(path) != want:
             problems.append(f"{name}: sha256 does not match the attested digest")
     return problems, notes
+
+
+def _subject_path(ledger: Ledger, name: str) -> Path:
+    """A subject's file: ``<id>/<file>`` or ``<shard>/<id>/<file>`` under the ledger, found in either layout
+    (a statement made before a receipt moved into its shard still checks)."""
+    parts = Path(name).parts
+    for i in (0, 1):
+        if len(parts) > i + 1 and ID_RE.match(parts[i]) and (i == 0 or is_shard_dir(parts[0])):
+            return ledger.path(parts[i]).joinpath(*parts[i + 1 :])
+    return ledger.root / name

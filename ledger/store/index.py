@@ -10,7 +10,9 @@ a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duck
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -23,18 +25,19 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ledger.errors import IndexBusy, LedgerError
-from ledger.store.layout import RECEIPT_FILE
+from ledger.store import journal, layout
 from ledger.store.receipts import Ledger
 from ledger.store.routing import STEP_SUMMARY_DDL, index_step_summary, parquet_source
 
 if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`ledger ls` starts fast)
     import pyarrow as pa
 
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 """Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
 and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last).
-(4: routing as a row per (rank, step, layer) with lists of counts, its per-(step, layer) summary
-``routing_steps``, and the ``routing_experts`` view.)"""
+(3: NVML clocks, temperature and ECC telemetry columns; 4: routing as a row per (rank, step, layer) with lists
+of counts, its per-(step, layer) summary ``routing_steps`` and the ``routing_experts`` view; 5: the shard
+stamps ``index_dirs`` and the journal offset of the incremental sync.)"""
 
 ROUTING_EXPERTS_VIEW = """
 CREATE OR REPLACE VIEW routing_experts AS
@@ -83,7 +86,8 @@ _RECEIPT_COLUMNS: dict[str, str] = {
 }
 
 
-def _receipt_row(data: dict[str, Any]) -> tuple[Any, ...]:
+def _receipt_row(data: dict[str, Any], text: str | None = None) -> tuple[Any, ...]:
+    """The receipts table's row of a receipt (``text``: its JSON, when the caller has it already)."""
     stack, workload, summary = data.get("stack", {}), data.get("workload", {}), data.get("summary", {})
     links = data.get("links", {})
     code, hardware = stack.get("code", {}), stack.get("hardware", {})
@@ -122,7 +126,7 @@ def _receipt_row(data: dict[str, Any]) -> tuple[Any, ...]:
         "energy_j": summary.get("energy_j"),
         "problems": len(data.get("problems") or ()),
         "schema_version": data.get("schema_version"),
-        "receipt": json.dumps(data, sort_keys=True),
+        "receipt": text if text is not None else json.dumps(data, sort_keys=True),
     }
     return tuple(row[c] for c in _RECEIPT_COLUMNS)
 
@@ -142,7 +146,11 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text or "resource temporarily unavailable" in text
 
 
-def _connect(path: Path, timeout: float, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: Path, timeout: float, read_only: bool = False, give_way: Callable[[], bool] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """Open the index, retrying while another process holds it, for ``timeout`` at most; ``give_way``
+    (a publisher's) stops the wait as soon as a reader waits for the index too."""
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
@@ -153,13 +161,44 @@ def _connect(path: Path, timeout: float, read_only: bool = False) -> duckdb.Duck
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (give_way is not None and give_way()):
                 raise IndexBusy(
                     f"the index {path} stayed locked by another process for {timeout:.0f} s; retry, "
                     "or delete it (it is derived) and run `ledger reindex`"
                 ) from exc
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.25)
+
+
+@contextmanager
+def _reader_waiting(ledger: Ledger) -> Iterator[None]:
+    """Announce a reader for the duration of the block (a shared ``flock`` of ``index.readers``):
+    publishers then leave the index to it instead of competing for its lock."""
+    try:
+        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only ledger: nobody publishes into it
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def readers_waiting(ledger: Ledger) -> bool:
+    """Whether a reader waits for, or reads, the index right now."""
+    try:
+        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the probe's lock
+    return False
 
 
 def _version(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -172,7 +211,8 @@ def _version(con: duckdb.DuckDBPyConnection) -> str | None:
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the index's tables, unless it already has this version's (then nothing is written)."""
+    """Create the index's tables, unless it already has this version's (then nothing is written: the version
+    row is written last, so an index that has it has every table)."""
     version = _version(con)
     if version == str(INDEX_VERSION):
         return
@@ -186,6 +226,7 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     columns = ", ".join(f'"{k}" {v}' for k, v in _RECEIPT_COLUMNS.items())
     con.execute(f"CREATE TABLE IF NOT EXISTS receipts ({columns})")
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
+    con.execute("CREATE TABLE IF NOT EXISTS index_dirs (dir VARCHAR PRIMARY KEY, mtime_ns BIGINT)")
     for name, schema in TABLES.items():
         empty = pa.schema([pa.field("receipt_id", pa.string())] + list(schema)).empty_table()
         con.register("_empty", empty)
@@ -201,7 +242,7 @@ def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
 
     con.execute("DROP VIEW IF EXISTS routing_experts")
     con.execute("DROP TABLE IF EXISTS routing_steps")
-    for name in ("index_meta", "receipts", "damaged", *TABLES):
+    for name in ("index_meta", "receipts", "damaged", "index_dirs", *TABLES):
         con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -214,40 +255,250 @@ class SyncResult:
     damaged: dict[str, str] = field(default_factory=dict)
 
 
+PUBLISHER_SYNC_LIMIT = 16
+"""A publisher's sync adds at most this many receipts (its own first): under many writers the backlog is
+shared out instead of one publisher holding the lock while readers wait."""
+RACY_NS = 2_000_000_000
+"""A shard directory changed this recently may change again within the same mtime tick: its stamp is not
+trusted, and the next sync lists it again (git's "racily clean" rule)."""
+BATCH = 512
+"""Receipts per DuckDB statement when many are added (a reindex)."""
+
+
 def sync(
     ledger: Ledger,
     con: duckdb.DuckDBPyConnection,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    full: bool = False,
+    limit: int | None = None,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
-    (Verifying and validating a receipt loads the schemas and the publishing code: only when there is one.)"""
-    result = SyncResult()
-    on_disk = set(ledger.ids())
-    indexed = {r[0] for r in con.execute("SELECT id FROM receipts").fetchall()}
-    known_damaged = {r[0] for r in con.execute("SELECT id FROM damaged").fetchall()}
-    for gone in sorted((indexed | known_damaged) - on_disk):
-        _delete(con, gone)
-        result.removed.append(gone)
-    todo = sorted(on_disk - indexed - known_damaged)
-    for i, receipt_id in enumerate(todo):
-        from ledger.store.integrity import verify_receipt
-        from ledger.store.receipts import parse_receipt
+    ``limit``: add at most this many (the latest published first) and leave the rest, and the journal offset
+    and shard stamps, to the next sync: a publisher holds the index's lock for a bounded time.
 
-        try:
-            findings = verify_receipt(ledger, receipt_id)  # only verified data enters the index
-            if findings:
-                raise LedgerError(f"{findings[0].path}: {findings[0].problem}")
-            data = ledger.read_raw(receipt_id)
-            receipt = parse_receipt(data, ledger.path(receipt_id) / RECEIPT_FILE)
-            data = receipt.model_dump(mode="json")
-            _insert(ledger, con, receipt_id, data)
-            result.added.append(receipt_id)
-        except (LedgerError, duckdb.Error, OSError) as exc:
-            con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", [receipt_id, str(exc).splitlines()[0]])
-            result.damaged[receipt_id] = str(exc).splitlines()[0]
-        if progress:
-            progress(i + 1, len(todo))
+    Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
+    was published since), stats the shard directories and lists only those whose mtime changed (receipts
+    copied or pulled in, or removed). A full reconcile (every id listed) happens when asked (``full``),
+    when the ledger still holds receipts of the old flat layout, and when the journal was replaced."""
+    root = ledger.root
+    result = SyncResult()
+    meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+    offset = int(meta.get("journal_offset") or 0)
+    stamps: dict[str, int] = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+    new_stamps = _stamps(root)
+    # the journal first: a receipt published after this read is in a shard stamped after it, or next time
+    journal_ids, new_offset = journal.read_from(root, offset)
+    full = full or journal.size(root) < offset or bool(layout.flat_ids(root))
+    if full:
+        on_disk = set(ledger.ids())
+        known = _known(con, None)
+        candidates = on_disk - known
+        gone = known - on_disk
+    else:
+        changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
+        vanished = [s for s in stamps if s not in new_stamps]
+        candidates, gone = set(journal_ids), set()
+        everything = _known(con, None) if len(changed) + len(vanished) > 16 else None
+        for shard in changed + vanished:
+            listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
+            known = ({i for i in everything if i.startswith(shard)} if everything is not None
+                     else _known(con, shard))
+            candidates |= listed - known
+            gone |= known - listed
+        candidates -= _known_of(con, candidates)
+    for receipt_id in sorted(gone):
+        if not ledger.path(receipt_id).is_dir():
+            _delete(con, receipt_id)
+            result.removed.append(receipt_id)
+    todo = sorted(candidates)
+    if limit is not None and len(todo) > limit:
+        latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
+        todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
+        _add(ledger, con, todo, result, progress)
+        return result  # not up to date: offset and stamps stay, the next sync finds the rest again
+    _add(ledger, con, todo, result, progress)
+    changed_stamps = {k: v for k, v in new_stamps.items() if stamps.get(k) != v}
+    gone_stamps = [k for k in stamps if k not in new_stamps]
+    if changed_stamps or gone_stamps or new_offset != offset:
+        con.execute("BEGIN TRANSACTION")
+        if gone_stamps:
+            con.execute("DELETE FROM index_dirs WHERE list_contains(?::VARCHAR[], dir)", [gone_stamps])
+        if changed_stamps:
+            con.execute("INSERT OR REPLACE INTO index_dirs SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[])",
+                        [list(changed_stamps), list(changed_stamps.values())])
+        con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
+        con.execute("COMMIT")
     return result
+
+
+def _stamps(root: Path) -> dict[str, int]:
+    """Each shard directory's mtime (-1 when too recent to be trusted)."""
+    now = time.time_ns()
+    stamps = {}
+    for shard in layout.shards(root):
+        mtime = _mtime(root / shard)
+        if mtime is not None:
+            stamps[shard] = mtime if now - mtime > RACY_NS else -1
+    return stamps
+
+
+def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the index holds every receipt on disk, decided without listing a receipt: nothing appended
+    to the journal since its last sync, no shard directory changed, no receipt in the old flat layout."""
+    try:
+        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+        stamps = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+    except duckdb.Error:  # an index of another version
+        return False
+    if meta.get("version") != str(INDEX_VERSION) or int(meta.get("journal_offset") or 0) != journal.size(ledger.root):
+        return False
+    current = _stamps(ledger.root)
+    return current == stamps and all(v >= 0 for v in current.values()) and not layout.flat_ids(ledger.root)
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _known(con: duckdb.DuckDBPyConnection, prefix: str | None) -> set[str]:
+    """Ids in the index (indexed or known damaged), all or those of one shard."""
+    if prefix is None:
+        sql, params = "SELECT id FROM receipts UNION ALL SELECT id FROM damaged", []
+    else:
+        sql = ("SELECT id FROM receipts WHERE starts_with(id, ?) "
+               "UNION ALL SELECT id FROM damaged WHERE starts_with(id, ?)")
+        params = [prefix, prefix]
+    return {r[0] for r in con.execute(sql, params).fetchall()}
+
+
+def _known_of(con: duckdb.DuckDBPyConnection, ids: set[str]) -> set[str]:
+    """Those of ``ids`` the index already knows (indexed or damaged)."""
+    if not ids:
+        return set()
+    rows = con.execute(
+        "SELECT id FROM (SELECT unnest(?::VARCHAR[]) AS id) c "
+        "WHERE id IN (SELECT id FROM receipts) OR id IN (SELECT id FROM damaged)", [sorted(ids)]
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+@dataclass
+class _Ready:
+    receipt_id: str
+    row: tuple[Any, ...] | None = None
+    tables: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """table name -> (Parquet file, rows listed in the receipt), for the tables with rows"""
+    error: str | None = None
+
+
+def _prepare(ledger: Ledger, receipt_id: str) -> _Ready:
+    """Verify one receipt (digests and sizes here; row counts by the batch: only verified data enters the
+    index) and make its row."""
+    from ledger.store.integrity import verified
+    from schemas.tables import TABLES
+
+    try:
+        checked = verified(ledger, receipt_id, rows=False)
+        directory = ledger.path(receipt_id)
+        tables = {a.path[: -len(".parquet")]: (str(directory / a.path), a.rows or 0)
+                  for a in checked.receipt.artifacts if a.kind == "table" and a.rows}
+        row = _receipt_row(checked.data, checked.receipt.model_dump_json())
+        return _Ready(receipt_id, row, {k: v for k, v in tables.items() if k in TABLES})
+    except (LedgerError, OSError, ValueError) as exc:
+        return _Ready(receipt_id, error=str(exc).splitlines()[0])
+
+
+def _add(
+    ledger: Ledger, con: duckdb.DuckDBPyConnection, todo: list[str], result: SyncResult,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Add receipts: verified in parallel (hashing releases the GIL), inserted ``BATCH`` at a time, one
+    statement per table per batch; a batch that fails is retried one receipt at a time so that a damaged
+    receipt is named and the others still enter."""
+    if not todo:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(8, (os.cpu_count() or 1) * 2) if len(todo) > 1 else 1
+    done = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for start in range(0, len(todo), BATCH):
+            ready = list(pool.map(lambda rid: _prepare(ledger, rid), todo[start : start + BATCH]))
+            good = [r for r in ready if r.error is None]
+            for r in ready:
+                if r.error is not None:
+                    _mark_damaged(con, r.receipt_id, r.error, result)
+            try:
+                _insert_batch(con, good)
+                result.added.extend(r.receipt_id for r in good)
+            except (duckdb.Error, LedgerError):
+                for r in good:
+                    try:
+                        _insert_batch(con, [r])
+                        result.added.append(r.receipt_id)
+                    except (duckdb.Error, LedgerError) as exc:
+                        _mark_damaged(con, r.receipt_id, str(exc).splitlines()[0], result)
+            done += len(ready)
+            if progress:
+                progress(done, len(todo))
+
+
+def _mark_damaged(con: duckdb.DuckDBPyConnection, receipt_id: str, error: str, result: SyncResult) -> None:
+    con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", [receipt_id, error])
+    result.damaged[receipt_id] = error
+
+
+def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
+    """One transaction: the receipts' rows in one statement, each metric table of all of them in one
+    ``read_parquet`` over their files; the row counts of every file checked first, in one statement over
+    their Parquet footers."""
+    if not ready:
+        return
+    import pyarrow as pa
+
+    from schemas.tables import TABLES
+
+    files = {path: rows for r in ready for path, rows in r.tables.values()}
+    if files:
+        found = dict(con.execute("SELECT file_name, num_rows FROM parquet_file_metadata(?)",
+                                 [list(files)]).fetchall())
+        for r in ready:
+            for path, rows in r.tables.values():
+                if found.get(path) != rows:
+                    raise LedgerError(f"{Path(path).name} of {r.receipt_id[:12]}: {found.get(path)} rows, "
+                                      f"listed as {rows}")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        rows_table = pa.Table.from_pylist([dict(zip(_RECEIPT_COLUMNS, r.row or (), strict=True)) for r in ready])
+        con.register("_batch_rows", rows_table)
+        con.execute("INSERT INTO receipts BY NAME SELECT * FROM _batch_rows")
+        con.unregister("_batch_rows")
+        for name in TABLES:
+            batch = [(r.receipt_id, r.tables[name][0]) for r in ready if name in r.tables]
+            if not batch:
+                continue
+            if name == "routing":  # a file at a time (old receipts hold long rows), then its step summary
+                for receipt_id, path in batch:
+                    con.execute(f"INSERT INTO routing BY NAME SELECT ? AS receipt_id, * FROM "
+                                f"{parquet_source(Path(path))}", [receipt_id, path])
+                    index_step_summary(con, receipt_id)
+                continue
+            paths = pa.table({"receipt_id": [b[0] for b in batch], "filename": [b[1] for b in batch]})
+            con.register("_batch_files", paths)
+            con.execute(
+                f"INSERT INTO {name} BY NAME SELECT f.receipt_id, p.* EXCLUDE (filename) "
+                "FROM read_parquet(?, filename = true, union_by_name = true) p JOIN _batch_files f USING (filename)",
+                [[b[1] for b in batch]],
+            )
+            con.unregister("_batch_files")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
@@ -261,45 +512,19 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
     con.execute("COMMIT")
 
 
-def _insert(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, data: dict[str, Any]) -> None:
-    if data.get("id") != receipt_id:
-        raise LedgerError(f"receipt.json of {receipt_id} carries id {data.get('id')!r}")
-    from schemas.tables import TABLES
-
-    root = ledger.path(receipt_id)
-    tables = {a["path"][: -len(".parquet")]: a for a in data.get("artifacts", ()) if a["kind"] == "table"}
-    con.execute("BEGIN TRANSACTION")
-    try:
-        placeholders = ", ".join("?" for _ in _RECEIPT_COLUMNS)
-        con.execute(f"INSERT INTO receipts VALUES ({placeholders})", list(_receipt_row(data)))
-        for name in TABLES:
-            artifact = tables.get(name)
-            if artifact is None or not artifact.get("rows"):
-                continue
-            path = root / artifact["path"]
-            if not path.exists():
-                raise LedgerError(f"{path} is missing")
-            source = parquet_source(path) if name == "routing" else "read_parquet(?)"  # old receipts: long rows
-            con.execute(f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM {source}", [receipt_id, str(path)])
-            if name == "routing":  # its per-(step, layer) summary, computed once (analyses read only that)
-                index_step_summary(con, receipt_id)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
-
 @contextmanager
-def writable(ledger: Ledger, timeout: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+def writable(
+    ledger: Ledger, timeout: float = 30.0, give_way: Callable[[], bool] | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection to the index with its schema in place (waits for the lock)."""
     ledger.root.mkdir(parents=True, exist_ok=True)
     try:
-        con = _connect(ledger.index_path, timeout)
+        con = _connect(ledger.index_path, timeout, give_way=give_way)
     except duckdb.Error as exc:
         if isinstance(exc, duckdb.IOException) and _is_lock_error(exc):
             raise
         _quarantine(ledger.index_path)  # not a DuckDB file any more: it is derived, rebuild it
-        con = _connect(ledger.index_path, timeout)
+        con = _connect(ledger.index_path, timeout, give_way=give_way)
     try:
         _ensure_schema(con)
         yield con
@@ -314,10 +539,13 @@ def _quarantine(path: Path) -> None:
 
 
 def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
-    """Sync if the index lock comes free within ``timeout``; otherwise leave it to the next reader."""
+    """Sync if the index lock comes free within ``timeout``; otherwise leave it to the next reader. A
+    publisher gives way at once to a reader that waits (the reader syncs what it needs itself)."""
+    if readers_waiting(ledger):
+        return None
     try:
-        with writable(ledger, timeout) as con:
-            return sync(ledger, con)
+        with writable(ledger, timeout, give_way=lambda: readers_waiting(ledger)) as con:
+            return sync(ledger, con, limit=PUBLISHER_SYNC_LIMIT)
     except IndexBusy:
         return None
 
@@ -327,58 +555,65 @@ def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) 
     with writable(ledger) as con:
         _drop_all(con)
         _ensure_schema(con)
-        return sync(ledger, con, progress)
+        return sync(ledger, con, progress, full=True)
 
 
 READER_LOCK_WAIT_S = 2.0
 """How long a reader waits for the index lock, twice at most (to sync, then to open the synced index)."""
+READER_FALLBACK_MAX = 500
+"""Up to this many published receipts, a reader that cannot get the index reads the files instead; above it,
+it waits for the index (up to :data:`READER_LONG_WAIT_S`): verifying every file would take longer."""
+READER_LONG_WAIT_S = 60.0
 
 
 @contextmanager
 def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """A synced, read-only connection (no writes, no access to files outside the index).
 
-    DuckDB lets one process write a file and no process read it meanwhile. A reader waits ``timeout`` for
-    the lock (to sync, then again to open); when writers keep it busy longer, it reads the receipt files
-    themselves into an in-memory index (every receipt verified, as a sync does), says so on stderr and
-    never waits more than twice ``timeout``."""
-    if ledger.root.is_dir():
-        con = _current(ledger)
-        if con is None:
-            try:
-                with writable(ledger, timeout) as con:
-                    sync(ledger, con)
-                con = _connect(ledger.index_path, timeout, read_only=True)
-            except IndexBusy:
-                con = _from_files(ledger)
-    else:
+    DuckDB lets one process write a file and no process read it meanwhile. A reader announces itself
+    (publishers then stop competing for the lock, :func:`try_sync`), opens the index read-only when it is
+    already current (:func:`is_current`: no receipt listed), else waits ``timeout`` for the lock to sync,
+    then again to open; when the index stays busy longer (a ``reindex``, another reader's long query), it
+    reads the receipt files themselves into an in-memory index (every receipt verified, as a sync does),
+    says so on stderr and never waits more than twice ``timeout`` — in a ledger of up to
+    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead."""
+    if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
-    try:
-        yield con
-    finally:
-        con.close()
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+    with _reader_waiting(ledger):  # held while reading too: publishers do not queue behind a read
+        con = _open_current(ledger, timeout)
+        try:
+            yield con
+        finally:
+            con.close()
 
 
-def _current(ledger: Ledger) -> duckdb.DuckDBPyConnection | None:
-    """A read-only connection to the index when it is of this version and holds exactly the receipt
-    directories on disk (indexed or known damaged): nothing to sync, so no write lock is taken (the common
-    case of every read). None when it must be synced, or a writer holds it (:func:`reader` then waits)."""
-    if not ledger.index_path.exists():
-        return None
-    try:
-        con = duckdb.connect(str(ledger.index_path), read_only=True, config={"enable_external_access": False})
-    except duckdb.Error:
-        return None
-    try:
-        if _version(con) == str(INDEX_VERSION):
-            known = {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
-            if known == set(ledger.ids()):
+def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
+    if ledger.index_path.exists():
+        try:
+            con = _connect(ledger.index_path, min(timeout, 0.5), read_only=True)
+        except (IndexBusy, duckdb.Error):
+            con = None
+        if con is not None:
+            if is_current(ledger, con):
                 return con
-    except duckdb.Error:
-        pass
-    con.close()
-    return None
+            con.close()
+    try:
+        with writable(ledger, timeout) as con:
+            sync(ledger, con)
+        return _connect(ledger.index_path, timeout, read_only=True)
+    except IndexBusy:
+        if journal.size(ledger.root) // 65 <= READER_FALLBACK_MAX:  # 65 bytes a journal line
+            return _from_files(ledger)
+    # a large ledger: reading every file would take far longer than the writer in the way
+    with writable(ledger, READER_LONG_WAIT_S) as con:
+        sync(ledger, con)
+    return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from ledger.errors import DamagedReceipt, LedgerError
+from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.publish import sha256_file
 from ledger.store.receipts import Ledger, parse_receipt
@@ -39,22 +38,64 @@ class Finding:
 def verify_receipt(ledger: Ledger, receipt_id: str, *, deep: bool = True) -> list[Finding]:
     """Everything wrong with one receipt: its JSON, its seal, each listed file (presence, size and, when
     ``deep``, sha256 and Parquet row count), and files that it does not list."""
+    return _verify(ledger, receipt_id, deep)[1]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A receipt that passed verification, with its JSON."""
+
+    receipt: Receipt
+    data: dict[str, Any]
+    """The receipt as JSON values: as stored when it needed no migration, else migrated and dumped."""
+
+
+def verified(ledger: Ledger, receipt_id: str, *, rows: bool = True) -> Verified:
+    """The receipt once everything :func:`verify_receipt` checks holds (receipt.json read once); raises
+    :class:`DamagedReceipt` with the first finding otherwise. ``rows=False`` leaves the tables' row counts
+    to the caller (the index checks a whole batch's Parquet footers in one DuckDB statement)."""
+    receipt, findings, data = _verify(ledger, receipt_id, True, rows)
+    if findings or receipt is None or data is None:
+        raise DamagedReceipt(f"{findings[0].path}: {findings[0].problem}")
+    return Verified(receipt, data)
+
+
+def _verify(
+    ledger: Ledger, receipt_id: str, deep: bool, rows: bool = True,
+) -> tuple[Receipt | None, list[Finding], dict[str, Any] | None]:
+    from schemas import SCHEMA_VERSION, SchemaVersionError, migrate
+
     directory = ledger.path(receipt_id)
+    source = directory / RECEIPT_FILE
     try:
-        receipt = parse_receipt(ledger.read_raw(receipt_id), directory / RECEIPT_FILE)
+        try:
+            raw = json.loads(source.read_bytes())
+        except FileNotFoundError as exc:
+            raise DamagedReceipt(f"{source} is missing; run `ledger verify {receipt_id[:12]}`") from exc
+        except (OSError, ValueError) as exc:
+            raise InvalidReceipt(f"{source}: not valid JSON ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise InvalidReceipt(f"{source}: expected a JSON object")
+        digest = raw_digest(raw)
+        current = raw.get("schema_version") == SCHEMA_VERSION
+        try:
+            receipt = parse_receipt(migrate(raw), source)
+        except SchemaVersionError as exc:
+            raise SchemaTooNew(f"{source}: {exc}") from exc
     except LedgerError as exc:
-        return [Finding(receipt_id, RECEIPT_FILE, str(exc).replace(str(directory / RECEIPT_FILE) + ": ", ""))]
+        return None, [Finding(receipt_id, RECEIPT_FILE, str(exc).replace(str(source) + ": ", ""))], None
     findings = []
-    digest = raw_digest(json.loads((directory / RECEIPT_FILE).read_text()))
     if receipt.id != receipt_id or digest != receipt_id:
         findings.append(Finding(receipt_id, RECEIPT_FILE,
                                 f"content digest {digest[:12]} does not match the id: edited after publishing"))
+    entries = {e.name: e for e in os.scandir(directory)}  # one listing, one stat a file
     for artifact in receipt.artifacts:
         path = directory / artifact.path
-        if not path.is_file():
+        entry = entries.get(artifact.path)
+        if entry is None or not entry.is_file():
             findings.append(Finding(receipt_id, artifact.path, "missing"))
             continue
-        size = path.stat().st_size
+        size = entry.stat().st_size
         if size != artifact.bytes:
             findings.append(Finding(receipt_id, artifact.path, f"size {size} bytes, listed as {artifact.bytes}"))
             continue
@@ -63,18 +104,20 @@ def verify_receipt(ledger: Ledger, receipt_id: str, *, deep: bool = True) -> lis
         if sha256_file(path) != artifact.sha256:
             findings.append(Finding(receipt_id, artifact.path, "sha256 does not match the listed digest"))
             continue
-        if artifact.kind == "table":
+        if artifact.kind == "table" and rows:
+            import pyarrow.parquet as pq  # here: `show` of a receipt need not load it
+
             try:
-                rows = pq.ParquetFile(path).metadata.num_rows
+                table_rows = pq.ParquetFile(path).metadata.num_rows
             except Exception as exc:  # pyarrow raises several types for damaged files
                 findings.append(Finding(receipt_id, artifact.path, f"unreadable Parquet: {exc}"))
                 continue
-            if rows != artifact.rows:
-                findings.append(Finding(receipt_id, artifact.path, f"{rows} rows, listed as {artifact.rows}"))
+            if table_rows != artifact.rows:
+                findings.append(Finding(receipt_id, artifact.path, f"{table_rows} rows, listed as {artifact.rows}"))
     listed = {a.path for a in receipt.artifacts} | {RECEIPT_FILE}
-    for extra in sorted(p.name for p in directory.iterdir() if p.name not in listed):
+    for extra in sorted(name for name in entries if name not in listed):
         findings.append(Finding(receipt_id, extra, "not listed in the receipt (added after publishing)"))
-    return findings
+    return receipt, findings, raw if current else receipt.model_dump(mode="json")
 
 
 def raw_digest(raw: dict[str, Any]) -> str:
@@ -85,8 +128,9 @@ def raw_digest(raw: dict[str, Any]) -> str:
 def check_intact(ledger: Ledger, receipt_id: str) -> Receipt:
     """The receipt, once verified (valid, sealed, every file present with its digest); a damaged one
     raises :class:`DamagedReceipt` naming the file."""
-    receipt = ledger.load(receipt_id)
-    findings = verify_receipt(ledger, receipt_id)
+    receipt, findings, _ = _verify(ledger, receipt_id, True)  # receipt.json read and validated once
+    if receipt is None:
+        receipt = ledger.load(receipt_id)  # raises the error that names the field
     if findings:
         raise DamagedReceipt(
             f"receipt {receipt_id[:12]} is damaged: {findings[0].path}: {findings[0].problem}"
@@ -102,9 +146,10 @@ def statement(ledger: Ledger, receipt_id: str) -> dict[str, Any]:
     if findings:
         raise DamagedReceipt(f"cannot attest a damaged receipt: {findings[0]}")
     receipt = ledger.load(receipt_id)
-    subjects = [{"name": f"{receipt_id}/{RECEIPT_FILE}",
+    where = ledger.path(receipt_id).relative_to(ledger.root).as_posix()  # names relative to the ledger
+    subjects = [{"name": f"{where}/{RECEIPT_FILE}",
                  "digest": {"sha256": sha256_file(ledger.path(receipt_id) / RECEIPT_FILE)}}]
-    subjects += [{"name": f"{receipt_id}/{a.path}", "digest": {"sha256": a.sha256}} for a in receipt.artifacts]
+    subjects += [{"name": f"{where}/{a.path}", "digest": {"sha256": a.sha256}} for a in receipt.artifacts]
     dumped = receipt.model_dump(mode="json")
     return {
         "_type": STATEMENT_TYPE,

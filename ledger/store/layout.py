@@ -3,10 +3,16 @@
 Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
 
     receipts/
-      <64-hex id>/            one published receipt (immutable): receipt.json, <table>.parquet, output.log
+      <ab>/<64-hex id>/       one published receipt (immutable): receipt.json, <table>.parquet, output.log,
+                              in the shard named by the id's first two hex digits (256 shards: 100,000
+                              receipts make about 400 entries a directory)
+      <64-hex id>/            the same in the old flat layout: still read in place, moved into its shard by
+                              `ledger reindex --migrate`
+      journal                 the ids published here, one a line, appended after each publish (append-only)
       .staging/<run_uuid>/    a run in progress ($LEDGER_RUN_DIR); removed once published
       .tmp-<uuid>/            a receipt being assembled; renamed into place atomically
       index.duckdb            derived index (rebuildable with `ledger reindex`)
+      index.readers           locked by readers of the index (publishers give way to them)
 
 Staging directory of one run::
 
@@ -66,7 +72,16 @@ PROBES_DIR = "probes"
 STREAM_SUFFIX = ".arrows"
 JSONL_SUFFIX = ".jsonl"
 
+READERS_GATE = "index.readers"
+"""In the ledger directory: ``flock``'ed (shared) by readers of the index while they wait and read;
+publishers that find it held leave the index to them."""
+JOURNAL = "journal"
+"""In the ledger directory: one published id a line, appended once the receipt is in place."""
+SHARD_CHARS = 2
+"""Receipts live in ``<root>/<id[:SHARD_CHARS]>/<id>/``."""
+
 ID_RE = re.compile(r"^[0-9a-f]{64}$")
+SHARD_RE = re.compile(rf"^[0-9a-f]{{{SHARD_CHARS}}}$")
 _RANK_RE = re.compile(r"rank-([0-9]{1,9})", re.ASCII)
 """ASCII digits only: ``str.isdigit`` accepts ``¹`` and other characters ``int`` refuses."""
 
@@ -95,3 +110,46 @@ def rank_of_dir(name: str) -> int | None:
 def is_receipt_dir(path: Path) -> bool:
     """True for a published receipt directory name (64 hex characters)."""
     return bool(ID_RE.match(path.name))
+
+
+def receipt_dir(root: Path, receipt_id: str) -> Path:
+    """Where a receipt is published: its shard (``<root>/<id[:2]>/<id>``)."""
+    return root / receipt_id[:SHARD_CHARS] / receipt_id
+
+
+def find_receipt_dir(root: Path, receipt_id: str) -> Path:
+    """The directory of a published receipt in either layout: its shard, else the old flat place (looked at
+    once more in the shard, for a receipt moved by a migration meanwhile); the shard when it is in neither."""
+    sharded = receipt_dir(root, receipt_id)
+    for candidate in (sharded, root / receipt_id, sharded):
+        if candidate.is_dir():
+            return candidate
+    return sharded
+
+
+def is_shard_dir(name: str) -> bool:
+    """True for a shard directory name (two hex digits)."""
+    return bool(SHARD_RE.match(name))
+
+
+def listdir(path: Path) -> list[str]:
+    """Names in a directory; none when it does not exist (any more)."""
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def flat_ids(root: Path) -> list[str]:
+    """Ids of the receipts in the old flat layout (directly under the ledger directory)."""
+    return [n for n in listdir(root) if ID_RE.match(n) and (root / n).is_dir()]
+
+
+def shard_ids(root: Path, shard: str) -> list[str]:
+    """Ids of the receipts in one shard."""
+    return [n for n in listdir(root / shard) if ID_RE.match(n) and n.startswith(shard)]
+
+
+def shards(root: Path) -> list[str]:
+    """Names of the shard directories of a ledger."""
+    return sorted(n for n in listdir(root) if SHARD_RE.match(n))

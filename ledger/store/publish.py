@@ -7,12 +7,14 @@ Order of operations (each step survives a crash of the publisher at any point):
 2. merge every rank's files into Parquet under ``<root>/.tmp-<uuid>/``, hash them, build and validate
    the receipt, seal its id;
 3. write ``PUBLISHED_AS`` (the id) into the staging directory;
-4. rename ``.tmp-<uuid>`` to ``<root>/<id>`` — the one atomic step that makes the receipt visible;
-5. remove the staging directory.
+4. rename ``.tmp-<uuid>`` to ``<root>/<id[:2]>/<id>`` — the one atomic step that makes the receipt visible;
+5. append the id to the journal (:mod:`ledger.store.journal`), so that syncing the index lists nothing;
+6. remove the staging directory.
 
 A publisher killed before 4 leaves an invisible temporary directory and a staging directory that
 ``ledger recover`` publishes again; killed after 4, recover finds ``PUBLISHED_AS`` pointing at an existing
-receipt and only removes the staging directory. Readers only ever see complete receipts.
+receipt and only appends it to the journal (again: a duplicate line is harmless) and removes the staging
+directory. Readers only ever see complete receipts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
 from ledger.store.layout import (
@@ -358,6 +361,7 @@ def publish(
         if mark.exists():
             done = mark.read_text().strip()
             if (ledger.path(done)).is_dir():
+                journal.append(ledger.root, done)
                 shutil.rmtree(run_dir, ignore_errors=True)
                 return ledger.load(done)
         tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
@@ -366,18 +370,23 @@ def publish(
             receipt = build(ledger, run_dir, outcome, tmp, redact, amend, runtime)
             fault("publishing")
             _write_synced(mark, receipt.id)
-            target = ledger.path(receipt.id)
+            target = ledger.new_path(receipt.id)
+            target.parent.mkdir(exist_ok=True)
             try:
+                if (ledger.root / receipt.id).is_dir():  # identical content, published in the old layout
+                    raise FileExistsError(receipt.id)
                 os.rename(tmp, target)
             except OSError:
-                if not target.is_dir():
+                if not ledger.path(receipt.id).is_dir():
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)  # identical content already published
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        _fsync_dir(target.parent)
         _fsync_dir(ledger.root)
-        fault("published")
+        fault("published")  # visible, not yet in the journal: recover appends it (PUBLISHED_AS)
+        journal.append(ledger.root, receipt.id)
     shutil.rmtree(run_dir, ignore_errors=True)
     return receipt
 

@@ -32,11 +32,16 @@ SORT_KEYS = {
 """`ledger ls --sort` names (the table's column titles) -> keys of :func:`list_receipts` rows (also accepted)."""
 
 
-def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool = False) -> list[dict[str, Any]]:
-    """Rows ordered by ``column`` (a :data:`SORT_KEYS` name or a row key); rows without a value go last."""
+def _sort_key(column: str) -> str:
     key = SORT_KEYS.get(column, column)
     if key not in LIST_COLUMNS or key == "tags":
         raise BadInput(f"cannot sort by {column!r}; choose one of: {', '.join(SORT_KEYS)}")
+    return key
+
+
+def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool = False) -> list[dict[str, Any]]:
+    """Rows ordered by ``column`` (a :data:`SORT_KEYS` name or a row key); rows without a value go last."""
+    key = _sort_key(column)
     present = [r for r in rows if r[key] is not None]
     missing = [r for r in rows if r[key] is None]
     return sorted(present, key=lambda r: r[key], reverse=descending) + missing
@@ -51,26 +56,49 @@ def existing(ledger: Ledger) -> Ledger:
     return ledger
 
 
-def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, Any]]:
-    """Summary rows of every receipt (oldest first), optionally filtered by a `--where` expression."""
-    predicate = filters.parse(where) if where is not None else None
-    cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
+def list_receipts(
+    ledger: Ledger, where: str | None = None, sort: str | None = None, descending: bool = False,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """Summary rows of the receipts (oldest first; ``sort`` by a :data:`SORT_KEYS` column, rows without a
+    value last; ``descending`` reverses), optionally filtered by a `--where` expression, the first ``limit``.
+    Without ``where`` the index sorts and limits: ``ledger ls --limit 20`` reads 20 rows, whatever the
+    ledger's size. The index is derived, so each listed row is checked against its files (the cheap check of
+    :func:`ledger.store.agreement.listing_findings`): ``index_problem`` says what disagrees, or None."""
     from ledger.store.agreement import listing_findings
 
+    cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
     with index.reader(ledger) as con:
-        rows = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
-        out = []
-        for row in rows:
-            if predicate is not None and not predicate(json.loads(row[-1])):
-                continue
-            item = dict(zip(LIST_COLUMNS, row[:-1], strict=True))
-            item["tags"] = json.loads(item["tags"]) if item["tags"] else {}
-            item["started_at"] = item["started_at"].isoformat() if item["started_at"] else None
-            out.append(item)
-        problems = listing_findings(ledger, con, [item["id"] for item in out])
-    for item in out:
-        item["index_problem"] = problems.get(item["id"])
-    return out
+        if where is not None:
+            predicate = filters.parse(where)
+            found = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
+            rows = [_row(row[:-1]) for row in found if predicate(json.loads(row[-1]))]
+            if sort is not None:
+                rows = sort_rows(rows, sort, descending)
+            elif descending:
+                rows.reverse()
+            rows = rows if limit is None else rows[:limit]
+        else:
+            if sort is not None:
+                key = _sort_key(sort)
+                order = f'"{key}" {"DESC" if descending else "ASC"} NULLS LAST, started_at NULLS LAST, id'
+            else:
+                order = "started_at DESC NULLS FIRST, id DESC" if descending else "started_at NULLS LAST, id"
+            found = con.execute(f"SELECT {cols} FROM receipts ORDER BY {order}"
+                                + (" LIMIT ?" if limit is not None else ""), [limit] if limit is not None else []
+                                ).fetchall()
+            rows = [_row(row) for row in found]
+        problems = listing_findings(ledger, con, [row["id"] for row in rows])
+    for row in rows:
+        row["index_problem"] = problems.get(row["id"])
+    return rows
+
+
+def _row(row: tuple[Any, ...]) -> dict[str, Any]:
+    item = dict(zip(LIST_COLUMNS, row, strict=True))
+    item["tags"] = json.loads(item["tags"]) if item["tags"] else {}
+    item["started_at"] = item["started_at"].isoformat() if item["started_at"] else None
+    return item
 
 
 def resolve_ref(ledger: Ledger, ref: str) -> str:

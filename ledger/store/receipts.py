@@ -1,6 +1,7 @@
 """The ledger directory: published receipts are files, and files are the truth.
 
-A published receipt is a directory ``<root>/<id>/`` holding ``receipt.json`` and the files it lists as
+A published receipt is a directory ``<root>/<id[:2]>/<id>/`` (or ``<root>/<id>/`` in the old flat layout,
+read in place; see :mod:`ledger.store.layout`) holding ``receipt.json`` and the files it lists as
 artifacts. It is created by one atomic rename and never modified afterwards.
 """
 
@@ -13,7 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerNotWritable, SchemaTooNew
-from ledger.store.layout import INDEX, RECEIPT_FILE, STAGING, TMP_PREFIX, is_receipt_dir
+from ledger.store.layout import (
+    INDEX,
+    RECEIPT_FILE,
+    STAGING,
+    TMP_PREFIX,
+    find_receipt_dir,
+    flat_ids,
+    receipt_dir,
+    shard_ids,
+    shards,
+)
 
 if TYPE_CHECKING:  # the receipt models load when a receipt is read, not when a ledger is opened
     from schemas import Receipt
@@ -49,14 +60,36 @@ class Ledger:
             ) from exc
 
     def ids(self) -> list[str]:
-        """Ids of every published receipt, sorted."""
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if is_receipt_dir(p) and p.is_dir())
+        """Ids of every published receipt, sorted, in either layout (this lists every shard: the index
+        and the journal are what keep syncing one receipt from doing so)."""
+        found = set(flat_ids(self.root))
+        for shard in shards(self.root):
+            found.update(shard_ids(self.root, shard))
+        return sorted(found)
 
     def path(self, receipt_id: str) -> Path:
-        """Directory of a published receipt."""
-        return self.root / receipt_id
+        """Directory of a published receipt, in either layout (its shard when it does not exist)."""
+        return find_receipt_dir(self.root, receipt_id)
+
+    def new_path(self, receipt_id: str) -> Path:
+        """Where a receipt is published: its shard."""
+        return receipt_dir(self.root, receipt_id)
+
+    def migrate_layout(self) -> list[str]:
+        """Move receipts of the old flat layout into their shards (one atomic rename each, so readers see
+        every receipt throughout); returns the ids moved."""
+        moved = []
+        for receipt_id in sorted(flat_ids(self.root)):
+            target = receipt_dir(self.root, receipt_id)
+            target.parent.mkdir(exist_ok=True)
+            try:
+                os.rename(self.root / receipt_id, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                continue  # already in its shard (identical content, same id)
+            moved.append(receipt_id)
+        return moved
 
     def read_raw(self, receipt_id: str) -> dict[str, Any]:
         """The receipt.json of a published receipt as a dict, migrated to the current schema."""

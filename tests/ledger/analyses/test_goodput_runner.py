@@ -12,7 +12,6 @@ On a machine without readable energy counters (no NVML, no RAPL) every energy fi
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import xml.etree.ElementTree as ET
 from datetime import datetime
@@ -20,7 +19,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, ids_in, load_receipt
 
 from ledger.analyses.km import kaplan_meier
 
@@ -67,10 +66,10 @@ class Ledger(LedgerAt):
         return proc
 
     def receipt(self, receipt_id: str) -> dict[str, Any]:
-        return json.loads((self.dir / receipt_id / "receipt.json").read_text())
+        return load_receipt(self.dir, receipt_id)
 
     def ids(self) -> list[str]:
-        return sorted(p.name for p in self.dir.iterdir() if len(p.name) == 64)
+        return ids_in(self.dir)
 
 
 @pytest.fixture(scope="module")

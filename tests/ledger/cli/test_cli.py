@@ -8,6 +8,7 @@ import shutil
 import click
 import pytest
 from click.testing import CliRunner
+from helpers import receipt_dir
 
 from ledger.cli import cli
 
@@ -87,7 +88,7 @@ def test_debug_shows_traceback(ledger_cli) -> None:
 
 def test_hand_edited_receipt_names_the_field(two_runs, ledger_cli, ledger_dir) -> None:
     rid = two_runs[0]["id"]
-    path = ledger_dir / rid / "receipt.json"
+    path = receipt_dir(ledger_dir, rid) / "receipt.json"
     data = json.loads(path.read_text())
     data["workload"]["model"]["layers"] = "many"
     path.write_text(json.dumps(data))
@@ -100,7 +101,7 @@ def test_hand_edited_receipt_names_the_field(two_runs, ledger_cli, ledger_dir) -
 
 def test_newer_schema_is_refused(two_runs, ledger_cli, ledger_dir) -> None:
     rid = two_runs[0]["id"]
-    path = ledger_dir / rid / "receipt.json"
+    path = receipt_dir(ledger_dir, rid) / "receipt.json"
     data = json.loads(path.read_text())
     data["schema_version"] = 99
     path.write_text(json.dumps(data))
@@ -118,5 +119,5 @@ def test_index_is_derived(two_runs, ledger_cli, ledger_dir) -> None:
     proc = ledger_cli("reindex")
     assert proc.returncode == 0 and "indexed 2 receipt(s)" in proc.stdout
     # a receipt removed from disk leaves the index too
-    shutil.rmtree(ledger_dir / two_runs[0]["id"])
+    shutil.rmtree(receipt_dir(ledger_dir, two_runs[0]["id"]))
     assert json.loads(ledger_cli("query", "--json", "SELECT count(*) AS n FROM steps").stdout) == [{"n": 4}]

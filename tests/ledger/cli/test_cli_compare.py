@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import receipt_dir
 
 BIN = Path(sys.executable).parent
 FLOOR_S = 0.05
@@ -297,7 +298,7 @@ def test_one_run_per_side_is_inconclusive_with_the_commands_that_settle_it(plant
     ledger = tmp_path / "receipts"
     ledger.mkdir()
     for name in ("A", "B"):  # code vs precision, one run each, and no replicate group to learn a floor from
-        shutil.copytree(planted.ledger / planted.ids[name], ledger / planted.ids[name])
+        shutil.copytree(receipt_dir(planted.ledger, planted.ids[name]), ledger / planted.ids[name])
     result = planted.json("compare", "A", "B", ledger=ledger)
     row = metric(result, "tokens/s per device")
     assert row["verdict"] == "inconclusive" and row["n"] == [1, 1] and row["p_value"] is None
@@ -340,7 +341,7 @@ def test_a_missing_run_recorded_from_its_command_splits_the_confounded_pair(plan
     ledger = tmp_path / "receipts"
     ledger.mkdir()
     for name in ("base", "C"):
-        shutil.copytree(planted.ledger / planted.ids[name], ledger / planted.ids[name])
+        shutil.copytree(receipt_dir(planted.ledger, planted.ids[name]), ledger / planted.ids[name])
     arch = next(m for m in planted.json("compare", "base", "C", ledger=ledger)["missing_ablations"]
                 if m["adds"] == "hyperparameters")
     argv = arch["command"].split()  # a plain command: no quoting needed

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 
 def _receipt(ledger_dir: Path, stdout: str) -> dict:
@@ -30,9 +30,9 @@ def test_ingest_megatron(ledger_cli, ledger_dir: Path, megatron_dir: Path, tmp_p
     assert w["model"]["num_experts"] == 64 and w["parallelism"]["ep"] == 4 and w["parallelism"]["world_size"] == 8
     assert w["router"]["capacity_factor"] == 1.0 and w["precision"]["compute"] == "bf16"
     assert w["batch"]["steps"] == 40000  # "iteration 300/ 40000"
-    steps = pq.read_table(ledger_dir / r["id"] / "steps.parquet").to_pylist()
+    steps = pq.read_table(receipt_dir(ledger_dir, r["id"]) / "steps.parquet").to_pylist()
     assert steps[0]["tokens"] == 1280 * 2048 and steps[0]["tokens_per_s"] == 64 * 2048 / 1.639
-    assert (ledger_dir / r["id"] / "output.log").read_text() == (
+    assert (receipt_dir(ledger_dir, r["id"]) / "output.log").read_text() == (
         megatron_dir / "mcore_moe64_top1_ep4_a100_seo.log").read_text()
 
 
@@ -52,11 +52,11 @@ def test_ingest_mlperf_and_trace_into_it(ledger_cli, ledger_dir: Path, mlperf_di
     assert t["name"] == "nv0+trace" and t["status"] == "imported" and t["source"]["kind"] == "profiler-trace"
     assert t["stack"] == r["stack"] and t["workload"] == r["workload"]
     assert t["summary"]["time_to_train_s"] == 343.293 and t["summary"]["steps"] == r["summary"]["steps"]
-    timing = pq.read_table(ledger_dir / t["id"] / "timing.parquet").to_pylist()
+    timing = pq.read_table(receipt_dir(ledger_dir, t["id"]) / "timing.parquet").to_pylist()
     phases = {row["phase"] for row in timing if row["rank"] == 3}
     assert {"gemm", "communication", "comm_exposed", "comm_overlapped", "gpu_idle", "cpu_launch", "step"} <= phases
     assert [row for row in timing if row["rank"] == 0] == pq.read_table(
-        ledger_dir / r["id"] / "timing.parquet").to_pylist()  # the original's rows, copied
+        receipt_dir(ledger_dir, r["id"]) / "timing.parquet").to_pylist()  # the original's rows, copied
 
 
 def test_ingest_golden(ledger_cli, ledger_dir: Path, golden_dir: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, receipt_dir
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
@@ -18,7 +18,7 @@ def test_ingest_log_autodetects_and_refuses_what_it_cannot_read(tmp_path: Path) 
     assert "9 step(s), 4 eval value(s) [nanogpt]" in out.stderr
     r = lg.json("show", "nano")
     assert r["status"] == "imported" and r["source"]["kind"] == "log:nanogpt" and r["summary"]["steps"] == 9
-    steps = pq.read_table(lg.dir / r["id"] / "steps.parquet").to_pydict()
+    steps = pq.read_table(receipt_dir(lg.dir, r["id"]) / "steps.parquet").to_pydict()
     assert steps["step"][:3] == [0, 10, 20] and steps["loss"][:3] == [4.2648, 3.2202, 2.7697]
     out = lg("ingest", "log", str(LOGS / "trainer_state.json"))
     assert "2 step(s), 4 eval value(s) [hf-trainer]" in out.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, ids_in, receipt_dir
 
 from ledger.ingest.launch import NOTHING
 
@@ -46,7 +46,7 @@ def test_two_lrs_of_a_plain_script_differ_in_arguments(tmp_path: Path) -> None:
     assert args["lr"] == "1e-3" and args["arg1"] == "train.yaml"
     assert args["train.yaml:optimizer.betas"] == "[0.9, 0.95]"
     assert args["train.yaml:wandb.api_key"] == "<redacted>"
-    assert "s3cr3tv4lue99" not in (tmp_path / "receipts").joinpath(a["id"], "receipt.json").read_text()
+    assert "s3cr3tv4lue99" not in (receipt_dir(tmp_path / "receipts", a["id"]) / "receipt.json").read_text()
     import hashlib
     assert args["train.yaml:@sha256"] == hashlib.sha256((tmp_path / "train.yaml").read_bytes()).hexdigest()
     assert a["capture"]["tables"][0]["source"] == "output" and a["capture"]["config_sources"] == ["argv", "train.yaml"]
@@ -69,7 +69,7 @@ def test_nothing_captured_is_said_and_parse_reads_own_lines(tmp_path: Path) -> N
     assert "captured 1 steps (loss) from output [pattern]" in out.stderr
     bad = lg("record", "--parse", "loss (?P<loss>\\S+)", "--", "python", "quiet.py", check=False)
     assert bad.returncode == 2 and "named group for the step" in bad.stderr
-    assert len([p for p in (tmp_path / "receipts").iterdir() if len(p.name) == 64]) == 2  # the bad one never ran
+    assert len(ids_in(tmp_path / "receipts")) == 2  # the bad one never ran
 
 
 @pytest.mark.slow
@@ -88,9 +88,9 @@ def test_tensorboard_script(tmp_path: Path) -> None:
     out = lg("record", "--name", "tb", "--", "python", "tb.py")
     assert "captured 4 steps (loss, lr) from runs/exp [tensorboard]; evals 2" in out.stderr
     r = _receipt(lg, "tb")
-    steps = pq.read_table(tmp_path / "receipts" / r["id"] / "steps.parquet").to_pydict()
+    steps = pq.read_table(receipt_dir(tmp_path / "receipts", r["id"]) / "steps.parquet").to_pydict()
     assert steps["step"] == [1, 2, 3, 4] and steps["loss"] == pytest.approx([4.0, 2.0, 4.0 / 3, 1.0], rel=1e-7)
     assert steps["lr"] == pytest.approx([0.01] * 4, rel=1e-7)  # TensorBoard keeps float32
-    evals = pq.read_table(tmp_path / "receipts" / r["id"] / "evals.parquet").to_pydict()
+    evals = pq.read_table(receipt_dir(tmp_path / "receipts", r["id"]) / "evals.parquet").to_pydict()
     assert list(zip(evals["step"], evals["split"], evals["metric"], evals["value"], strict=True)) == [
         (2, "eval", "loss", 2.5), (4, "eval", "loss", 1.25)]  # exact in float32

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 from ledger.store.faults import PHASES
 
@@ -125,4 +125,4 @@ def test_grandchild_holding_the_pipes_does_not_hold_the_wrapper(ledger_cli, ledg
     r = load_receipt(ledger_dir, rid)
     assert r["duration_s"] < 60  # the child's own life, not the grandchild's
     assert any("still ran" in p["message"] and "terminated" in p["message"] for p in r["problems"])
-    assert "started" in (ledger_dir / rid / "output.log").read_text()
+    assert "started" in (receipt_dir(ledger_dir, rid) / "output.log").read_text()

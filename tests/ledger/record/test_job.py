@@ -128,7 +128,7 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     assert sorted(r for n in nodes for r in n.ranks) == [0, 1, 2, 3] and all(len(n.ranks) == 2 for n in nodes)
     assert not (ledger_dir / ".staging").exists() or not any((ledger_dir / ".staging").iterdir())
 
-    rdir = ledger_dir / ids[0]
+    rdir = ledger.path(ids[0])
     timing = pq.read_table(rdir / "timing.parquet").to_pylist()
     assert {r["rank"] for r in timing} == {0, 1, 2, 3}
     step_rows = pq.read_table(rdir / "steps.parquet").to_pylist()
@@ -213,7 +213,7 @@ def test_node_killed_mid_run_one_failed_receipt_node_lost_node_0_kept(
     assert (n0.status, n1.status) == ("ended", "lost")
     assert "wrapper died" in (n1.detail or "")
     assert any(p.source == "nodes" and "node 1 (gpu-001) lost" in p.message for p in receipt.problems)
-    rdir = ledger_dir / ids[0]
+    rdir = ledger.path(ids[0])
     timing = pq.read_table(rdir / "timing.parquet").to_pylist()
     by_rank: dict[int, set[int]] = defaultdict(set)
     for r in timing:

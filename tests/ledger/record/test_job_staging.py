@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 from conftest import BIN, child_env
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +72,7 @@ def test_a_node_that_never_reports_is_lost_after_the_timeout(tmp_path: Path) -> 
     nodes = receipt["stack"]["nodes"]  # type: ignore[index]
     assert [(n["node_rank"], n["status"]) for n in nodes] == [(0, "ended"), (1, "lost")]
     assert nodes[1]["detail"] == "never reported (no wrapper staged this node)"
-    steps = pq.read_table(tmp_path / "receipts" / ids[0] / "steps.parquet")
+    steps = pq.read_table(receipt_dir(tmp_path / "receipts", ids[0]) / "steps.parquet")
     assert steps.column("step").to_pylist() == [1, 2, 3]  # node 0's data all there
 
 
@@ -104,7 +104,7 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     nodes = receipt["stack"]["nodes"]  # type: ignore[index]
     assert [(n["node_rank"], n["status"], n["ranks"]) for n in nodes] == [(0, "lost", [0]), (1, "ended", [1])]
     assert receipt["status"] == "failed"
-    timing = pq.read_table(tmp_path / "receipts" / ids[0] / "timing.parquet").to_pylist()
+    timing = pq.read_table(receipt_dir(tmp_path / "receipts", ids[0]) / "timing.parquet").to_pylist()
     assert sorted((r["rank"], r["step"]) for r in timing) == [(r, s) for r in (0, 1) for s in (1, 2, 3)]
     again = _ledger(tmp_path, "recover")
     assert "nothing to recover" in again.stdout and ids_in(tmp_path / "receipts") == ids

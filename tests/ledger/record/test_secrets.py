@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 
 def _all_text_under(ledger_dir: Path, ledger_cli) -> str:
@@ -74,7 +74,7 @@ run.set_workload({{"data": {{"paths": [config.splitlines()[2].split(": ", 1)[1]]
     assert env["MY_SERVICE_PASSWORD"] == "<redacted>" and "HF_TOKEN" not in env
     assert r["stack"]["code"]["remote"] == "https://github.com/acme/train.git"
     assert "<redacted>" in " ".join(r["command"])
-    assert "<redacted>" in (ledger_dir / r["id"] / "output.log").read_text()
+    assert "<redacted>" in (receipt_dir(ledger_dir, r["id"]) / "output.log").read_text()
     assert r["workload"]["data"]["paths"] == ["https://<redacted>@data.example/shards"]
 
 

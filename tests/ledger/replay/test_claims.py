@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import load_receipt
 
 from ledger.replay.claims import LOSS, THROUGHPUT, holds, state
 
@@ -71,7 +72,7 @@ def test_claim_at_another_scale_end_to_end(ledger_cli, ledger_dir) -> None:
     result = json.loads(out.stdout)
     assert result["holds"] is True and result["at"] == "layers=x2"
     assert result["original"]["faster"] is True and result["scaled"]["faster"] is True
-    replayed = [json.loads((ledger_dir / rid / "receipt.json").read_text()) for rid in result["replayed"]]
+    replayed = [load_receipt(ledger_dir, rid) for rid in result["replayed"]]
     assert [r["workload"]["model"]["layers"] for r in replayed] == [2] * 4
     assert sorted(r["workload"]["seed"] for r in replayed) == [0, 0, 1, 1]
     assert all(r["links"]["replicates"] for r in replayed)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, child_env
-from helpers import ids_in
+from helpers import ids_in, receipt_dir
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ DAMAGE = {
 def test_damage_is_named_and_contained(kind: str, ledger3, ledger_cli, ledger_dir) -> None:
     victim, healthy = ledger3[1], [ledger3[0], ledger3[2]]
     filename, damage, message = DAMAGE[kind]
-    damage(ledger_dir / victim / filename)
+    damage(receipt_dir(ledger_dir, victim) / filename)
     out = ledger_cli("verify")
     assert out.returncode == 1
     assert f"{victim[:12]} {filename}: " in out.stdout and message in out.stdout
@@ -91,13 +91,13 @@ def test_attestation_is_checkable_with_standard_tools(ledger3, ledger_cli, ledge
     assert stmt["_type"] == "https://in-toto.io/Statement/v1" and stmt["predicateType"]
     assert stmt["predicate"]["receipt_id"] == rid and "workload" in stmt["predicate"]
     names = {s["name"] for s in stmt["subject"]}
-    assert f"{rid}/receipt.json" in names and f"{rid}/steps.parquet" in names
+    assert f"{rid[:2]}/{rid}/receipt.json" in names and f"{rid[:2]}/{rid}/steps.parquet" in names
     # every subject digest checks out with coreutils' sha256sum, run from the ledger directory
     sums = "".join(f"{s['digest']['sha256']}  {s['name']}\n" for s in stmt["subject"])
     check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
     assert check.returncode == 0, check.stdout + check.stderr
     # after tampering, the statement no longer verifies and attest refuses
-    _edit_value(ledger_dir / rid / "receipt.json")
+    _edit_value(receipt_dir(ledger_dir, rid) / "receipt.json")
     check = subprocess.run(["sha256sum", "-c", "-"], input=sums, text=True, capture_output=True, cwd=ledger_dir)
     assert check.returncode != 0
     refused = ledger_cli("attest", rid)
@@ -145,7 +145,7 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
 def test_compare_refuses_a_receipt_damaged_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
     a, b = ledger3[0], ledger3[1]
     ledger_cli("ls", check=True)
-    _garbage(ledger_dir / a / "steps.parquet")
+    _garbage(receipt_dir(ledger_dir, a) / "steps.parquet")
     refused = ledger_cli("compare", a, b)
     assert refused.returncode == 1 and "sha256 does not match" in refused.stderr
 
@@ -185,7 +185,7 @@ def test_signed_attestation_verifies_and_fails_after_tampering(ledger3, ledger_c
     (tmp_path / "forged.json").write_text(json.dumps(forged))
     assert ledger_cli("verify", "--attestation", str(tmp_path / "forged.json"), "--key", str(pub)).returncode == 1
     # a file changed after signing fails its digest, with the signature still valid
-    _garbage(ledger_dir / rid / "steps.parquet")
+    _garbage(receipt_dir(ledger_dir, rid) / "steps.parquet")
     damaged = ledger_cli("verify", "--attestation", str(out), "--key", str(pub))
     assert damaged.returncode == 1 and f"{rid}/steps.parquet: sha256 does not match" in damaged.stdout
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("megatron") is None
                                 or importlib.util.find_spec("megatron.core") is None,
@@ -26,8 +26,8 @@ def test_moe_layer_trains_on_cpu_and_is_recorded(ledger_cli, ledger_dir: Path) -
     assert r["stack"]["software"]["megatron_core"] is not None
     w = r["workload"]
     assert w["kernels"]["dispatcher"] == "allgather" and w["model"]["num_experts"] == 4 and w["device"] == "cpu"
-    steps = pq.read_table(ledger_dir / rid / "steps.parquet").to_pylist()
+    steps = pq.read_table(receipt_dir(ledger_dir, rid) / "steps.parquet").to_pylist()
     assert all(s["aux_loss"] is not None and s["aux_loss"] > 0 for s in steps)
-    routing = pq.read_table(ledger_dir / rid / "routing.parquet").to_pylist()
+    routing = pq.read_table(receipt_dir(ledger_dir, rid) / "routing.parquet").to_pylist()
     for step in (1, 2, 3):  # every token goes to top-2 experts: 8 tokens x 2 assignments per step
         assert sum(sum(row["tokens"]) for row in routing if row["step"] == step) == 8 * 2 * 2

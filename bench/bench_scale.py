@@ -1,0 +1,323 @@
+"""A ledger's costs as it grows: the same figures on a small and a large generated ledger, side by side.
+
+Each ledger is generated through the real publish path: ``ledger.store.publish.publish`` of small synthetic
+staging directories (a wrapper's facts and one rank's 5 steps as JSON lines), in parallel worker processes;
+no shortcut writes a receipt directory by hand. Then, for each size:
+
+- **reindex**: ``ledger.store.index.reindex`` of the whole ledger, receipts/s (target >= 1,000, a floor);
+  reference: DuckDB reading the same Parquet files into tables (``read_parquet`` over every receipt's table
+  files, one statement per table), ratio = reindex / reference (target <= 3, a ceiling). The time to read
+  every file's bytes from Python is printed too.
+- **publish one**: the median of K publishes into the ledger, each with the index sync a `ledger record`
+  does after it (``try_sync``); ratio = large / small (target <= 1.5).
+- **`ledger ls --limit 20`, `ledger query "SELECT count(*) ..."`, `ledger show ID`**, each a CLI process;
+  reference: the same query in a Python process that opens the index read-only with DuckDB directly, plus the
+  CLI's own start-up (`ledger --help` minus `python -c pass`); ratio = ours / reference (target <= 2).
+- **readers under 32 writers** (largest size only): 32 processes publish (and sync) continuously while
+  `ledger ls --limit 20` runs in a loop; the slowest reader's wall time (target <= 5 s); reference: the
+  median of the same reader with no writer.
+
+The default sizes are 1,000 and 10,000 (``--sizes 1000,100000`` is the issue's acceptance pair: on a busy
+2-core machine its generation takes far more than a few minutes). From two sizes the output also
+extrapolates each growing figure to 100,000 receipts (power law through the two points, never
+decreasing), labelled
+``extrapolated`` in its note: a projection, not a measurement.
+
+    .venv/bin/python bench/bench_scale.py [--sizes 1000,10000] [--workers N] [-n 5] [--writers 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PUBLISH_GROWTH_TARGET = 1.5
+CLI_TARGET = 2.0
+REINDEX_FLOOR = 1000.0
+REINDEX_TARGET = 3.0
+READER_TARGET_S = 5.0
+EXTRAPOLATE_TO = 100_000
+
+
+def ledger_command() -> list[str]:
+    script = Path(sys.executable).with_name("ledger")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ledger.cli"]
+
+
+def child_env(ledger_dir: Path) -> dict[str, str]:
+    return dict(os.environ, LEDGER_DIR=str(ledger_dir), COLUMNS="200",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def stage(root: Path, i: int) -> Path:
+    """A staging directory as a run leaves it: the wrapper's facts, a stack, one rank's steps."""
+    run_dir = root / ".staging" / uuid.uuid4().hex
+    (run_dir / "rank-00000").mkdir(parents=True)
+    (run_dir / "wrapper.json").write_text(json.dumps({
+        "name": f"gen-{i:06d}", "run_uuid": run_dir.name, "started_at": f"2026-11-{1 + i % 28:02d}T00:00:00+00:00",
+        "command": ["python", "train.py", f"--seed={i}"], "tags": {"bench": "scale"}}))
+    (run_dir / "stack.json").write_text("{}")
+    (run_dir / "rank-00000" / "steps.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 3.0 - s * 0.1 + i * 1e-6, "tokens": 4096 * s, "step_time_s": 0.25})
+        + "\n" for s in range(1, 6)))
+    return run_dir
+
+
+def publish_range(args: tuple[str, int, int, bool]) -> int:
+    """Publish receipts ``start .. start+count-1`` into the ledger (one worker process)."""
+    root_s, start, count, sync = args
+    from ledger.store import index
+    from ledger.store.publish import Outcome, publish
+    from ledger.store.receipts import Ledger
+
+    root = Path(root_s)
+    ledger = Ledger(root)
+    for i in range(start, start + count):
+        publish(ledger, stage(root, i), Outcome(status="succeeded", exit_code=0), redact=lambda s: s)
+        if sync:
+            index.try_sync(ledger)
+    return count
+
+
+def generate(root: Path, start: int, count: int, workers: int) -> float:
+    from ledger.store.receipts import Ledger
+
+    Ledger(root).ensure_writable()
+    chunk = max(1, min(200, count // (workers * 4) or 1))
+    jobs = [(str(root), s, min(chunk, start + count - s), False) for s in range(start, start + count, chunk)]
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        done = sum(pool.imap_unordered(publish_range, jobs))
+    assert done == count
+    return time.perf_counter() - t0
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, check=False)
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr.decode(errors='replace')[-3000:]}")
+    return elapsed
+
+
+def interleaved(commands: dict[str, list[str]], env: dict[str, str], n: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    names = list(commands)
+    for r in range(n):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            times[name].append(timed(commands[name], env))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def direct(index_path: Path, sql: str) -> list[str]:
+    code = (f"import duckdb; c = duckdb.connect({str(index_path)!r}, read_only=True); "
+            f"rows = c.execute({sql!r}).fetchall(); print(len(rows))")
+    return [sys.executable, "-c", code]
+
+
+def reference_read(root: Path) -> tuple[float, float, int]:
+    """DuckDB reading every receipt's Parquet tables into tables; Python reading every file's bytes."""
+    import duckdb
+
+    from ledger.store.receipts import Ledger
+
+    ledger = Ledger(root)
+    files: dict[str, list[str]] = {}
+    every: list[Path] = []
+    for rid in ledger.ids():
+        for path in ledger.path(rid).iterdir():
+            every.append(path)
+            if path.suffix == ".parquet":
+                files.setdefault(path.stem, []).append(str(path))
+    con = duckdb.connect(":memory:")
+    t0 = time.perf_counter()
+    for name, paths in files.items():
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet(?, union_by_name = true)", [paths])
+    duck = time.perf_counter() - t0
+    con.close()
+    t0 = time.perf_counter()
+    size = sum(len(p.read_bytes()) for p in every)
+    return duck, time.perf_counter() - t0, size
+
+
+def publish_one(root: Path, k: int, first: int) -> float:
+    from ledger.store import index
+    from ledger.store.publish import Outcome, publish
+    from ledger.store.receipts import Ledger
+
+    ledger = Ledger(root)
+    times = []
+    for i in range(first, first + k):
+        run_dir = stage(root, i)
+        t0 = time.perf_counter()
+        publish(ledger, run_dir, Outcome(status="succeeded", exit_code=0), redact=lambda s: s)
+        index.try_sync(ledger)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def readers_under_writers(
+    root: Path, writers: int, seconds: float, env: dict[str, str],
+) -> tuple[float, float, int, list[str]]:
+    """(slowest reader, median reader, readers run, errors) while ``writers`` processes publish and sync."""
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=_writer, args=(str(root), 10_000_000 + w * 100_000, stop)) for w in range(writers)]
+    latencies: list[float] = []
+    errors: list[str] = []
+    try:
+        for p in procs:
+            p.start()
+        time.sleep(min(5.0, seconds / 4))  # the writers are under way
+        t_end = time.perf_counter() + seconds
+        cmd = [*ledger_command(), "ls", "--limit", "20"]
+        while time.perf_counter() < t_end or len(latencies) < 3:
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, env=env, capture_output=True, check=False)
+            latencies.append(time.perf_counter() - t0)
+            if out.returncode != 0:
+                errors.append(out.stderr.decode(errors="replace").strip()[-300:])
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=300)
+            if p.is_alive():
+                p.kill()
+    return max(latencies), statistics.median(latencies), len(latencies), errors
+
+
+def _writer(root_s: str, start: int, stop: object) -> None:
+    i = start
+    while not stop.is_set():  # type: ignore[attr-defined]
+        publish_range((root_s, i, 1, True))
+        i += 1
+
+
+def extrapolate(small: tuple[int, float], large: tuple[int, float], to: int) -> float:
+    (n1, v1), (n2, v2) = small, large
+    if v1 <= 0 or v2 <= 0 or n1 == n2:
+        return v2
+    slope = max(0.0, math.log(v2 / v1) / math.log(n2 / n1))  # a cost never shrinks as the ledger grows
+    return v2 * (to / n2) ** slope
+
+
+def emit(**row: object) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,10000", help="ledger sizes, comma-separated (smallest first)")
+    p.add_argument("--workers", type=int, default=max(2, os.cpu_count() or 2), help="generating processes")
+    p.add_argument("-n", type=int, default=5, help="repetitions of each CLI command (interleaved)")
+    p.add_argument("-k", type=int, default=10, help="publishes timed at each size")
+    p.add_argument("--writers", type=int, default=32, help="concurrent writers for the reader figure")
+    p.add_argument("--writer-seconds", type=float, default=30.0, help="how long the readers run among writers")
+    p.add_argument("--keep", type=Path, help="build the ledgers under this directory and keep them")
+    args = p.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    base = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    load = os.getloadavg()[0]
+    results: dict[int, dict[str, float]] = {}
+    try:
+        for n in sizes:
+            root = base / f"ledger-{n}"
+            shutil.rmtree(root, ignore_errors=True)
+            gen = generate(root, 0, n, args.workers)
+            print(f"{n} receipts generated through publish in {gen:.1f} s ({n / gen:.0f}/s, {args.workers} "
+                  f"processes; load average {os.getloadavg()[0]:.1f})", flush=True)
+            from ledger.store import index
+            from ledger.store.receipts import Ledger
+
+            time.sleep(index.RACY_NS / 1e9 + 0.5)  # shards old enough for their stamps to be trusted
+            t0 = time.perf_counter()
+            result = index.reindex(Ledger(root))
+            reindex_s = time.perf_counter() - t0
+            assert len(result.added) == n and not result.damaged, (len(result.added), result.damaged)
+            duck_s, bytes_s, size = reference_read(root)
+            publish_s = publish_one(root, args.k, n)
+            env = child_env(root)
+            some_id = Ledger(root).ids()[n // 2]
+            idx = root / "index.duckdb"
+            timed([*ledger_command(), "ls", "--limit", "20"], env)  # the index catches up once, untimed
+            med = interleaved({
+                "ls": [*ledger_command(), "ls", "--limit", "20"],
+                "ls_direct": direct(idx, "SELECT * EXCLUDE (receipt) FROM receipts ORDER BY started_at, id LIMIT 20"),
+                "query": [*ledger_command(), "query", "SELECT count(*) AS n FROM receipts"],
+                "query_direct": direct(idx, "SELECT count(*) AS n FROM receipts"),
+                "show": [*ledger_command(), "show", some_id[:12]],
+                "show_direct": direct(idx, f"SELECT receipt FROM receipts WHERE id = '{some_id}'"),
+                "help": [*ledger_command(), "--help"],
+                "python": [sys.executable, "-c", "pass"],
+            }, env, args.n)
+            startup = max(0.0, med["help"] - med["python"])
+            results[n] = {"reindex_s": reindex_s, "duck_s": duck_s, "bytes_s": bytes_s, "publish_s": publish_s,
+                          **{k: v for k, v in med.items()}, "startup": startup}
+            rate = n / reindex_s
+            emit(figure=f"reindex_rate_{n}", value=round(rate, 1), unit="receipts/s", reference=REINDEX_FLOOR,
+                 ratio=round(rate / REINDEX_FLOOR, 3), target=1.0, met=rate >= REINDEX_FLOOR,
+                 note=f"`reindex` of {n} generated receipts in {reindex_s:.2f} s; ratio = rate / the 1,000/s floor; "
+                      f"load average {load:.1f} at start")
+            ratio = reindex_s / duck_s
+            emit(figure=f"reindex_vs_read_parquet_{n}", value=round(reindex_s, 3), unit="s",
+                 reference=round(duck_s, 3), ratio=round(ratio, 3), target=REINDEX_TARGET, met=ratio <= REINDEX_TARGET,
+                 note=f"reindex / DuckDB reading the same Parquet files into tables; reading every file's "
+                      f"{size / 1e6:.1f} MB of bytes from Python took {bytes_s:.2f} s; a ceiling")
+            for fig, ours, ref_key, what in (("ls_limit20", "ls", "ls_direct", "`ledger ls --limit 20`"),
+                                             ("query_count", "query", "query_direct", "`ledger query` count(*)"),
+                                             ("show", "show", "show_direct", "`ledger show ID`")):
+                ref = med[ref_key] + startup
+                emit(figure=f"{fig}_{n}", value=round(med[ours] * 1e3, 1), unit="ms", reference=round(ref * 1e3, 1),
+                     ratio=round(med[ours] / ref, 3), target=CLI_TARGET, met=med[ours] / ref <= CLI_TARGET,
+                     note=f"{what} on {n} receipts / (the same query in a DuckDB process + the CLI's start-up "
+                          f"{startup * 1e3:.0f} ms); medians of {args.n}; a ceiling")
+        small, large = sizes[0], sizes[-1]
+        if small != large:
+            a, b = results[small]["publish_s"], results[large]["publish_s"]
+            emit(figure=f"publish_one_{large}_vs_{small}", value=round(b * 1e3, 1), unit="ms",
+                 reference=round(a * 1e3, 1), ratio=round(b / a, 3), target=PUBLISH_GROWTH_TARGET,
+                 met=b / a <= PUBLISH_GROWTH_TARGET,
+                 note=f"publish + index sync of one receipt into {large} vs {small} receipts, medians of {args.k}")
+            if large < EXTRAPOLATE_TO:
+                for key, label in (("publish_s", "publish_one"), ("ls", "ls_limit20"), ("query", "query_count"),
+                                   ("show", "show")):
+                    est = extrapolate((small, results[small][key]), (large, results[large][key]), EXTRAPOLATE_TO)
+                    ref = results[small][key]
+                    emit(figure=f"{label}_{EXTRAPOLATE_TO}_extrapolated", value=round(est * 1e3, 1), unit="ms",
+                         reference=round(ref * 1e3, 1), ratio=round(est / ref, 3), target=None, met=None,
+                         note=f"extrapolated (power law through {small} and {large} receipts, exponent floored at 0), "
+                              f"not measured; reference = measured at {small}")
+        if args.writers:
+            root = base / f"ledger-{large}"
+            env = child_env(root)
+            idle = statistics.median(timed([*ledger_command(), "ls", "--limit", "20"], env) for _ in range(3))
+            worst, median, count, errors = readers_under_writers(root, args.writers, args.writer_seconds, env)
+            emit(figure=f"reader_under_{args.writers}_writers_{large}", value=round(worst, 3), unit="s",
+                 reference=round(idle, 3), ratio=round(worst / idle, 3), target=READER_TARGET_S,
+                 met=worst <= READER_TARGET_S and not errors,
+                 note=f"{len(errors)} of {count} readers failed{f' (first: {errors[0]!r})' if errors else ''}; "
+                      f"slowest of {count} `ledger ls --limit 20` (median {median:.2f} s) while {args.writers} "
+                      f"processes published and synced into {large}+ receipts for {args.writer_seconds:.0f} s; "
+                      "reference = median with no writer; the target is on the value (seconds)")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

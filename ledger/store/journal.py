@@ -1,0 +1,54 @@
+"""The journal: what was published, so that syncing one receipt never lists every receipt.
+
+``<root>/journal`` holds one id a line, appended (``O_APPEND``, one ``write`` per line, fsync'ed) by
+:func:`ledger.store.publish.publish` once the receipt is in place and before the staging directory goes.
+A publisher that dies between the two leaves its staging directory with ``PUBLISHED_AS``, and ``ledger
+recover`` appends the line then; an id written twice is harmless. A reader keeps the byte offset it has
+read up to and reads only what follows. A line torn by a crash is followed by the next complete line on the
+same line: a line's id is its last 64 characters, so the torn start is ignored and nothing after it is lost.
+Receipts that arrive without a publish (``dvc pull``, a copy) are found by the index's shard check
+(:mod:`ledger.store.index`), not here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ledger.store.layout import ID_RE, JOURNAL
+
+
+def append(root: Path, receipt_id: str) -> None:
+    """Add one published id to the journal (one write, so concurrent publishers never interleave)."""
+    fd = os.open(root / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{receipt_id}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def size(root: Path) -> int:
+    """Bytes in the journal (0 when there is none)."""
+    try:
+        return (root / JOURNAL).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def read_from(root: Path, offset: int) -> tuple[list[str], int]:
+    """The ids appended after byte ``offset`` and the offset after the last complete line (a line still
+    being written is left for the next read). An offset past the end (a journal replaced) reads none."""
+    try:
+        with open(root / JOURNAL, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], 0
+    end = data.rfind(b"\n") + 1
+    ids = []
+    for line in data[:end].decode("ascii", "replace").splitlines():
+        tail = line[-64:]
+        if ID_RE.match(tail):
+            ids.append(tail)
+    return ids, offset + end

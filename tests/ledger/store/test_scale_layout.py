@@ -1,0 +1,197 @@
+"""Costs that do not grow with the ledger: receipts in shards (the old flat layout still read, and migrated on
+request), the journal of published ids (crash-safe, torn lines harmless), an index sync that lists only what
+changed, batched verification that still names a damaged receipt, and publishers that give way to readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import child_env
+from helpers import ids_in
+
+from ledger.store import index, journal
+from ledger.store.publish import Outcome, publish
+from ledger.store.receipts import Ledger
+from schemas import Receipt, seal
+
+
+def _stage(ledger: Ledger, i: int, steps: int = 3) -> Path:
+    """A staging directory as a run leaves it: the wrapper's facts and one rank's steps (JSON lines)."""
+    run_dir = ledger.staging / uuid.uuid4().hex
+    (run_dir / "rank-00000").mkdir(parents=True)
+    (run_dir / "wrapper.json").write_text(json.dumps({"name": f"r{i}", "run_uuid": run_dir.name}))
+    (run_dir / "stack.json").write_text("{}")
+    (run_dir / "rank-00000" / "steps.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0 / (s + 1 + i)}) + "\n" for s in range(steps)))
+    return run_dir
+
+
+def _publish(ledger: Ledger, n: int, first: int = 0) -> list[str]:
+    ledger.ensure_writable()
+    return [publish(ledger, _stage(ledger, first + i), Outcome(status="succeeded", exit_code=0),
+                    redact=lambda s: s).id for i in range(n)]
+
+
+def _indexed(ledger: Ledger) -> list[tuple[str, int]]:
+    with index.reader(ledger) as con:
+        return con.execute("SELECT r.id, (SELECT count(*) FROM steps s WHERE s.receipt_id = r.id) "
+                           "FROM receipts r ORDER BY 1").fetchall()
+
+
+def test_receipts_go_into_shards_and_the_journal(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 3)
+    for rid in ids:
+        assert (ledger.root / rid[:2] / rid / "receipt.json").is_file()  # the shard of its first two digits
+        assert not (ledger.root / rid).exists()
+    assert (ledger.root / "journal").read_text().split() == ids  # in publishing order
+    assert ids_in(ledger.root) == sorted(ids) == ledger.ids()
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
+
+
+def test_an_old_flat_ledger_is_read_in_place_then_migrated(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 3)
+    for rid in ids:  # the old layout: <root>/<id>/, no journal, no index
+        os.rename(ledger.root / rid[:2] / rid, ledger.root / rid)
+        os.rmdir(ledger.root / rid[:2])
+    (ledger.root / "journal").unlink()
+    ledger.index_path.unlink(missing_ok=True)
+    assert ledger.ids() == sorted(ids) and ledger.load(ids[0]).id == ids[0]
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]  # read in place
+    new = _publish(ledger, 1, first=10)[0]  # a new receipt goes into its shard beside the old ones
+    assert (ledger.root / new[:2] / new).is_dir() and ledger.ids() == sorted([*ids, new])
+    assert sorted(ledger.migrate_layout()) == sorted(ids)
+    assert not any((ledger.root / rid).exists() for rid in ids)
+    assert ids_in(ledger.root) == sorted([*ids, new])
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted([*ids, new])]
+    assert ledger.migrate_layout() == []  # nothing left to move
+
+
+def test_sync_lists_only_the_shards_that_changed(tmp_path: Path) -> None:
+    """A receipt copied into a shard whose mtime is put back is invisible to a sync (proof that unchanged
+    shards are not listed) until its id is in the journal or the shard changes; a full reindex finds it."""
+    ledger = Ledger(tmp_path / "receipts")
+    other = Ledger(tmp_path / "other")
+    ids = _publish(ledger, 1)
+    copied = _publish(other, 1, first=5)[0]
+    shard = ledger.root / copied[:2]
+    shard.mkdir(exist_ok=True)
+    old = shard.stat().st_mtime_ns - 10_000_000_000  # older than the racy window: the stamp is trusted
+    os.utime(shard, ns=(old, old))
+    assert _indexed(ledger) == [(ids[0], 3)]  # stamps the shard as it is now
+    os.rename(other.path(copied), shard / copied)  # arrives without a publish...
+    os.utime(shard, ns=(old, old))  # ...and without a trace in the shard's mtime
+    assert [r[0] for r in _indexed(ledger)] == ids
+    journal.append(ledger.root, copied)
+    assert sorted(r[0] for r in _indexed(ledger)) == sorted([*ids, copied])
+    (ledger.root / ids[0][:2] / ids[0]).rename(tmp_path / "gone")  # a removal changes the shard: noticed
+    assert [r[0] for r in _indexed(ledger)] == [copied]
+    index.reindex(ledger)
+    assert [r[0] for r in _indexed(ledger)] == [copied]
+
+
+def test_a_torn_journal_line_loses_nothing_after_it(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    first = _publish(ledger, 1)
+    with open(ledger.root / "journal", "a") as f:
+        f.write("3fa9c0")  # a publisher died in the middle of its line
+    later = _publish(ledger, 1, first=1)
+    assert journal.read_from(ledger.root, 0)[0] == [*first, *later]
+    ids, offset = journal.read_from(ledger.root, 0)
+    assert offset == journal.size(ledger.root) and journal.read_from(ledger.root, offset) == ([], offset)
+
+
+@pytest.mark.slow
+def test_a_publisher_killed_before_the_journal_is_completed_by_recover(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ledger.ensure_writable()
+    run_dir = _stage(ledger, 0)
+    code = ("import sys; from pathlib import Path; from ledger.store.publish import Outcome, publish; "
+            "from ledger.store.receipts import Ledger; "
+            "publish(Ledger(sys.argv[1]), Path(sys.argv[2]), Outcome(status='succeeded'), redact=str)")
+    proc = subprocess.run([sys.executable, "-c", code, str(ledger.root), str(run_dir)], capture_output=True,
+                          env=child_env(LEDGER_FAULT_AT="published"), timeout=120)
+    assert proc.returncode == -9, proc.stderr  # killed itself once the receipt was visible
+    rid = (run_dir / "PUBLISHED_AS").read_text().strip()
+    assert ledger.ids() == [rid] and journal.read_from(ledger.root, 0)[0] == []
+    from ledger.record.recover import recover
+
+    assert [r.action for r in recover(ledger)] == ["published"]
+    assert journal.read_from(ledger.root, 0)[0] == [rid] and not run_dir.exists()
+    assert _indexed(ledger) == [(rid, 3)]
+
+
+def test_a_batch_names_a_receipt_whose_rows_disagree_and_indexes_the_others(tmp_path: Path) -> None:
+    """A receipt re-sealed with a wrong row count (digest and sizes consistent) is caught by the batch's
+    check of the Parquet footers; the rest of its batch is indexed."""
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 4)
+    victim = ledger.load(ids[1])
+    wrong = seal(Receipt.model_validate(dict(victim.model_dump(mode="json"), artifacts=[
+        dict(a.model_dump(mode="json"), rows=7) if a.path == "steps.parquet" else a.model_dump(mode="json")
+        for a in victim.artifacts])))
+    target = ledger.new_path(wrong.id)
+    target.parent.mkdir(exist_ok=True)
+    os.rename(ledger.path(victim.id), target)
+    (target / "receipt.json").write_text(json.dumps(wrong.model_dump(mode="json"), indent=2, sort_keys=True))
+    with index.writable(ledger) as con:
+        index._drop_all(con)
+        index._ensure_schema(con)
+        result = index.sync(ledger, con, full=True)
+    assert sorted(result.added) == sorted(set(ids) - {victim.id})
+    assert list(result.damaged) == [wrong.id] and "3 rows, listed as 7" in result.damaged[wrong.id]
+
+
+def test_a_publisher_gives_way_to_a_waiting_reader(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    _publish(ledger, 1)
+    assert index.try_sync(ledger) is not None and not index.readers_waiting(ledger)
+    with index.reader(ledger) as con:  # a reader holds the gate while it reads
+        assert index.readers_waiting(ledger)
+        assert index.try_sync(ledger) is None  # the publisher leaves the index to it, without waiting
+        assert con.execute("SELECT count(*) FROM receipts").fetchone() == (1,)
+    assert not index.readers_waiting(ledger)
+
+
+@pytest.mark.slow
+def test_a_current_index_is_opened_without_the_write_lock(tmp_path: Path) -> None:
+    """Once nothing changed (journal, shards), a reader opens the index read-only: it reads while another
+    process holds a read-only connection, which keeps every writer out."""
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 2)
+    for rid in ids:  # past the racy window, so the stamps are trusted
+        old = (ledger.root / rid[:2]).stat().st_mtime_ns - 10_000_000_000
+        os.utime(ledger.root / rid[:2], ns=(old, old))
+    assert len(_indexed(ledger)) == 2
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1], read_only=True); "
+         "print('open', flush=True); sys.stdin.read()", str(ledger.index_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        with pytest.raises(duckdb.IOException):
+            duckdb.connect(str(ledger.index_path))  # the write lock is not to be had...
+        with index.reader(ledger) as con:  # ...and the reader does not need it
+            assert index.is_current(ledger, con)
+            assert con.execute("SELECT count(*) FROM receipts").fetchone() == (2,)
+    finally:
+        holder.communicate("", timeout=60)
+
+
+def test_a_publishers_sync_is_bounded_and_the_next_one_finds_the_rest(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 5)  # published, none indexed yet
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=2)
+        assert ids[-1] in first.added and len(first.added) == 2  # the latest published first
+        rest = index.sync(ledger, con)
+    assert sorted(first.added + rest.added) == sorted(ids)
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
