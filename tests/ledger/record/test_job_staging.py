@@ -185,9 +185,9 @@ def test_zero_code_capture_of_node_1_is_kept_beside_rank_0_of_node_0(tmp_path: P
     assert [p.returncode for p in procs] == [0, 0], errs
     (receipt_id,) = ids_in(tmp_path / "receipts")
     receipt = load_receipt(tmp_path / "receipts", receipt_id)
-    steps = pq.read_table(tmp_path / "receipts" / receipt_id / "steps.parquet").to_pylist()
+    steps = pq.read_table(receipt_dir(tmp_path / "receipts", receipt_id) / "steps.parquet").to_pylist()
     assert [(r["step"], r["loss"]) for r in steps] == [(1, 2.0), (2, 1.0), (3, pytest.approx(2 / 3, abs=1e-6))]
-    timing = pq.read_table(tmp_path / "receipts" / receipt_id / "timing.parquet").to_pylist()
+    timing = pq.read_table(receipt_dir(tmp_path / "receipts", receipt_id) / "timing.parquet").to_pylist()
     assert sorted({r["rank"] for r in timing}) == [0, 1]  # rank 0's own directory kept too
     messages = [p["message"] for p in receipt["problems"]]  # type: ignore[union-attr]
     assert not any("was written on node" in m for m in messages), messages

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from conftest import BIN, child_env
-from helpers import ids_in, load_receipt
+from helpers import ids_in, load_receipt, receipt_dir
 
 
 def _only(ledger_dir: Path) -> dict:
@@ -33,7 +33,7 @@ def test_success_publishes_a_complete_validated_receipt(ledger_cli, ledger_dir, 
     assert r["summary"]["final_eval"] == {"val/rare/loss": 1.25}
     assert r["workload"]["seed"] == 7 and r["workload"]["model"]["num_experts"] == 4
     # every artifact's digest and row count matches the file
-    directory = ledger_dir / r["id"]
+    directory = receipt_dir(ledger_dir, r["id"])
     for a in r["artifacts"]:
         data = (directory / a["path"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == a["sha256"] and len(data) == a["bytes"]
