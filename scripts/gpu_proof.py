@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ledger.store.layout import find_receipt_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the repository's packages (runners, ledger) come from here
     sys.path.insert(0, str(ROOT))
@@ -179,7 +181,8 @@ class Proof:
         return self.ids[name]
 
     def receipt(self, name: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.ledger_dir / self.ids[name] / "receipt.json").read_text())
+        path = find_receipt_dir(self.ledger_dir, self.ids[name]) / "receipt.json"
+        data: dict[str, Any] = json.loads(path.read_text())
         return data
 
     def need(self, *names: str) -> None:
@@ -265,7 +268,7 @@ class Proof:
 
         self.need("moe-bf16")
         r = self.receipt("moe-bf16")
-        path = self.ledger_dir / self.ids["moe-bf16"] / "telemetry.parquet"
+        path = find_receipt_dir(self.ledger_dir, self.ids["moe-bf16"]) / "telemetry.parquet"
         table = pq.read_table(path) if path.exists() else None
         per_device: dict[str, Any] = {}
         if table is not None:

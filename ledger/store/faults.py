@@ -9,7 +9,10 @@ import os
 import signal
 
 FAULT_ENV = "LEDGER_FAULT_AT"
-PHASES = ("prelaunch", "launched", "running", "finalizing", "publishing", "published", "indexing", "exporting")
+PHASES = ("prelaunch", "launched", "running", "finalizing", "publishing", "published", "indexing")
+"""The wrapper's phases (`ledger record`), in order: the crash matrix kills it at each."""
+EXPORT_PHASES = ("exporting",)
+"""`ledger export`'s phases (its own crash test)."""
 
 
 def fault(phase: str) -> None:

@@ -168,6 +168,9 @@ def _connect(
                 ) from exc
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.25)
+        except duckdb.ConnectionException as exc:  # this process holds it read-only (another reader is open)
+            raise IndexBusy(f"the index {path} is open read-only in this process; close the other reader "
+                            "first") from exc
 
 
 @contextmanager
@@ -344,8 +347,10 @@ def _stamps(root: Path) -> dict[str, int]:
 
 
 def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the index holds every receipt on disk, decided without listing a receipt: nothing appended
-    to the journal since its last sync, no shard directory changed, no receipt in the old flat layout."""
+    """Whether the index holds every receipt on disk, decided (almost) without listing a receipt: nothing
+    appended to the journal since its last sync, no receipt in the old flat layout, and every shard directory
+    either unchanged since that sync or, when it changed or changed too recently for its stamp to be trusted
+    (a receipt published within the last 2 s), listing exactly the ids the index holds for it."""
     try:
         meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
         stamps = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
@@ -353,8 +358,15 @@ def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
         return False
     if meta.get("version") != str(INDEX_VERSION) or int(meta.get("journal_offset") or 0) != journal.size(ledger.root):
         return False
+    if layout.flat_ids(ledger.root):
+        return False
     current = _stamps(ledger.root)
-    return current == stamps and all(v >= 0 for v in current.values()) and not layout.flat_ids(ledger.root)
+    if set(current) != set(stamps):
+        return False
+    for shard, stamp in current.items():  # a shard changed since, or too recently to trust its stamp: listed
+        if (stamp < 0 or stamps[shard] != stamp) and set(layout.shard_ids(ledger.root, shard)) != _known(con, shard):
+            return False
+    return True
 
 
 def _mtime(path: Path) -> int | None:

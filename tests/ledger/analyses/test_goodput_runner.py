@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt, ids_in, load_receipt
+from helpers import LedgerAt, ids_in, load_receipt, receipt_dir
 
 from ledger.analyses.km import kaplan_meier
 
@@ -117,8 +117,8 @@ def test_crashed_and_resumed_run(crashed: tuple[Ledger, str, str]) -> None:
     assert g["productive_s"] + sum(g["badput_s"].values()) == pytest.approx(g["wall_s"], abs=1e-9)
     assert g["wall_s"] == pytest.approx(_t(r2["ended_at"]) - _t(r1["started_at"]), abs=1e-6)
     # progress lost: the first computations of the steps attempt 2 computed again (5 and 6)
-    s1 = pq.read_table(led.dir / a1 / "steps.parquet").to_pylist()
-    s2 = {r["step"] for r in pq.read_table(led.dir / a2 / "steps.parquet").to_pylist()}
+    s1 = pq.read_table(receipt_dir(led.dir, a1) / "steps.parquet").to_pylist()
+    s2 = {r["step"] for r in pq.read_table(receipt_dir(led.dir, a2) / "steps.parquet").to_pylist()}
     redone = [r for r in s1 if r["step"] in s2]
     assert sorted(r["step"] for r in redone) == [5, 6]
     assert g["badput_s"]["progress_lost"] == pytest.approx(sum(r["step_time_s"] for r in redone), abs=1e-6)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import LedgerAt
+from helpers import LedgerAt, receipt_dir
 
 HF_SCRIPT = textwrap.dedent("""
     import os, sys
@@ -76,7 +76,7 @@ def _record(lg: LedgerAt, name: str, *args: str) -> tuple[str, dict, dict, dict]
     out = lg("record", "--name", name, "--telemetry-interval", "0", "--", "python", "train.py", *args)
     found = re.search(r"ledger: recorded ([0-9a-f]{64}) ", out.stderr)
     assert found is not None, out.stderr[-2000:]
-    d = lg.dir / found.group(1)
+    d = receipt_dir(lg.dir, found.group(1))
     r = json.loads((d / "receipt.json").read_text())
     return out.stderr, r, pq.read_table(d / "steps.parquet").to_pydict(), pq.read_table(d / "evals.parquet").to_pydict()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, child_env
+from helpers import receipt_dir
 
 from ledger.errors import AmbiguousRef, BadInput
 from ledger.store import index
@@ -106,5 +107,5 @@ def test_record_links_a_resumed_runner_launch_by_name(ledger_cli, ledger_dir, tm
     assert "linked as a later attempt of" in resumed.stderr
     rows = _json.loads(ledger_cli("ls", "--json").stdout)
     assert [r["attempt"] for r in rows] == [1, 2]
-    second = _json.loads((ledger_dir / rows[1]["id"] / "receipt.json").read_text())
+    second = _json.loads((receipt_dir(ledger_dir, rows[1]["id"]) / "receipt.json").read_text())
     assert second["links"]["attempt_of"] == rows[0]["id"]

@@ -193,10 +193,10 @@ def test_signed_attestation_verifies_and_fails_after_tampering(ledger3, ledger_c
 def test_ls_names_rows_whose_files_changed_or_went_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
     a, b, c = ledger3
     ledger_cli("ls", check=True)  # indexed while intact
-    size = (ledger_dir / a / "steps.parquet").stat().st_size
-    _truncate(ledger_dir / a / "steps.parquet")
-    _edit_value(ledger_dir / b / "receipt.json")
-    (ledger_dir / c / "evals.parquet").unlink()
+    size = (receipt_dir(ledger_dir, a) / "steps.parquet").stat().st_size
+    _truncate(receipt_dir(ledger_dir, a) / "steps.parquet")
+    _edit_value(receipt_dir(ledger_dir, b) / "receipt.json")
+    (receipt_dir(ledger_dir, c) / "evals.parquet").unlink()
     out = ledger_cli("ls", "--json", check=True)
     problems = {r["id"]: r["index_problem"] for r in json.loads(out.stdout)}
     assert problems[a] == f"steps.parquet has changed (100 bytes; the receipt says {size})"
@@ -204,9 +204,9 @@ def test_ls_names_rows_whose_files_changed_or_went_after_indexing(ledger3, ledge
     assert problems[c] == "evals.parquet is gone"
     for victim in (a, b, c):
         assert f"ledger: receipt {victim[:12]}: " in out.stderr
-    shutil.rmtree(ledger_dir / a)
-    shutil.rmtree(ledger_dir / b)
-    (ledger_dir / c / "receipt.json").unlink()
+    shutil.rmtree(receipt_dir(ledger_dir, a))
+    shutil.rmtree(receipt_dir(ledger_dir, b))
+    (receipt_dir(ledger_dir, c) / "receipt.json").unlink()
     out = ledger_cli("ls", "--json", check=True)
     assert [(r["id"], r["index_problem"]) for r in json.loads(out.stdout)] == [
-        (c, f"{ledger_dir / c / 'receipt.json'} is missing")]
+        (c, f"{receipt_dir(ledger_dir, c) / 'receipt.json'} is missing")]
