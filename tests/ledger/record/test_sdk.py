@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import child_env
 
 import ledger.sdk as sdk
 from ledger.store.merge import read_table
@@ -87,7 +87,7 @@ def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
         "    open('progress', 'w').write(str(i)) if i % 50 == 0 else None\n"
         "    time.sleep(0.002)\n"
     )
-    env = dict(os.environ, LEDGER_RUN_DIR=str(tmp_path / "run"))
+    env = child_env(LEDGER_RUN_DIR=str(tmp_path / "run"))  # the tree under test, not the editable install
     proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
     time.sleep(3.0)
     logged_before = int((tmp_path / "progress").read_text())

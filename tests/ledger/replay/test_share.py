@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import BIN, child_env
 
 TINY = ["python", "-m", "runners.moe", "--config", "tiny", "--set", "steps=10", "--set", "model.layers=1"]
@@ -24,6 +25,7 @@ def _git_commit(repo: Path, message: str) -> None:
     _sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], repo)
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
 def test_push_pull_between_clones(tmp_path: Path) -> None:
     first, second, remote = tmp_path / "first", tmp_path / "second", tmp_path / "remote"
     first.mkdir()

@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import BIN, child_env
 from helpers import ids_in
 
@@ -19,6 +20,7 @@ def _ledger(args: list[str], ledger_dir: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
 def test_writers_and_readers_together(ledger_dir: Path, workload) -> None:
     script = workload(steps=STEPS)
     writers = [
@@ -66,6 +68,7 @@ def test_writers_and_readers_together(ledger_dir: Path, workload) -> None:
     assert not list((ledger_dir / ".staging").iterdir())
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
 def test_a_reader_never_waits_for_a_busy_index(ledger_dir: Path, workload) -> None:
     """While another process holds the index's write lock, `ls`, `query` and `compare` read the receipt files
     directly (and say so) instead of waiting."""

@@ -1,0 +1,105 @@
+"""The statistics against independent computations: the between-run t test against scipy's, with a noise
+floor's degrees of freedom against a hand-pooled variance; the within-run interval's width and coverage
+against simulation; the outlier rule exactly at its threshold."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from ledger.analyses.stats import (
+    INTERVAL_MIN_SAMPLES,
+    MAD_Z,
+    mad_keep,
+    percentile_interval,
+    t_test,
+    within_run_interval,
+)
+
+
+def test_t_test_without_a_floor_is_scipys_pooled_t_test() -> None:
+    a = [10.0, 10.4, 9.9, 10.2]
+    b = [10.9, 11.3, 11.0]
+    got = t_test(a, b)
+    ref = sps.ttest_ind(b, a, equal_var=True)
+    assert got is not None
+    assert got.estimate == pytest.approx(np.mean(b) - np.mean(a), rel=1e-12)
+    assert got.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+    assert got.df == 5
+    ci = ref.confidence_interval(0.95)
+    assert got.ci == pytest.approx((ci.low, ci.high), rel=1e-9)
+
+
+def test_a_noise_floor_adds_its_degrees_of_freedom_at_its_variance() -> None:
+    a, b = np.array([1.00, 1.10]), np.array([1.30, 1.36])
+    prior_sd, prior_df = 0.08, 6
+    got = t_test(a, b, prior_sd=prior_sd, prior_df=prior_df)
+    # by hand: pooled SS = 0.005 + 0.0018 + 6 x 0.0064 = 0.0452 over 1 + 1 + 6 = 8 df
+    ss = 0.005 + 0.0018 + prior_df * prior_sd**2
+    sd = math.sqrt(ss / 8)
+    se = sd * math.sqrt(1 / 2 + 1 / 2)
+    t = (1.33 - 1.05) / se
+    assert got is not None and got.df == 8
+    assert got.sd == pytest.approx(sd, rel=1e-12)
+    assert got.p_value == pytest.approx(2 * sps.t.sf(t, 8), rel=1e-9)
+    half = sps.t.ppf(0.975, 8) * se
+    assert got.ci == pytest.approx((0.28 - half, 0.28 + half), rel=1e-9)
+
+
+def test_one_run_per_side_without_a_floor_gives_no_test() -> None:
+    assert t_test([1.0], [2.0]) is None
+    assert t_test([1.0], [2.0], prior_sd=0.1, prior_df=1) is not None
+
+
+def test_within_run_interval_needs_its_minimum_samples_exactly() -> None:
+    rng = np.random.default_rng(3)
+    assert within_run_interval(rng.normal(size=INTERVAL_MIN_SAMPLES - 1)) is None
+    assert within_run_interval(rng.normal(size=INTERVAL_MIN_SAMPLES)) is not None
+
+
+@pytest.mark.slow
+def test_within_run_interval_width_and_coverage_against_simulation() -> None:
+    """Independent normal samples (sigma 1, n 240): batch means of k batches give a half-width whose mean is
+    t(0.975, k-1) x c4(k) x sigma / sqrt(n) (c4: E[s] / sigma for k values); the 95% interval covers the
+    true mean 0 between the binomial 99% bounds of 400 tries."""
+    rng = np.random.default_rng(20261201)
+    n, sims = 240, 400
+    halves, covered, ks = [], 0, set()
+    for _ in range(sims):
+        x = rng.normal(size=n)
+        iv = within_run_interval(x)
+        assert iv is not None
+        assert iv.value == pytest.approx(float(np.mean(x)), rel=1e-12)
+        assert iv.high - iv.value == pytest.approx(iv.value - iv.low, rel=1e-9)
+        halves.append(iv.high - iv.value)
+        covered += iv.low <= 0.0 <= iv.high
+        ks.add(iv.batches)
+    expected = []
+    for k in ks:
+        c4 = math.sqrt(2 / (k - 1)) * math.gamma(k / 2) / math.gamma((k - 1) / 2)
+        m = n // k
+        expected.append(sps.t.ppf(0.975, k - 1) * c4 / math.sqrt(m * k))
+    assert min(expected) * 0.9 <= float(np.mean(halves)) <= max(expected) * 1.1
+    lo, hi = sps.binom.ppf([0.005, 0.995], sims, 0.95)
+    assert lo <= covered <= hi
+
+
+def test_percentile_interval_by_hand() -> None:
+    assert percentile_interval(np.arange(101.0), 0.9) == pytest.approx((5.0, 95.0))
+    assert percentile_interval(np.arange(101.0), 0.5) == pytest.approx((25.0, 75.0))
+    assert all(math.isnan(v) for v in percentile_interval([], 0.9))
+
+
+def test_mad_keep_exactly_at_the_threshold() -> None:
+    # median 0, MAD 1 (half the values at distance 1); the last value's modified z is exactly the threshold
+    base = [-1.0, -1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    edge = MAD_Z / 0.6745
+    assert 0.6745 * edge / 1.0 == MAD_Z  # exactly at the threshold in floating point
+    keep = mad_keep([*base, edge])
+    assert keep[-1]  # kept: the rule is "at most"
+    assert keep[:-1].all()
+    beyond = np.nextafter(edge, np.inf) * 1.0001
+    assert not mad_keep([*base, beyond])[-1]
