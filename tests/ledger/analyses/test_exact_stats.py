@@ -13,8 +13,14 @@ from scipy import stats as sps
 from ledger.analyses.stats import (
     INTERVAL_MIN_SAMPLES,
     MAD_Z,
+    block_length,
+    mad,
     mad_keep,
+    median,
     percentile_interval,
+    quantile,
+    sorted_median,
+    spikes,
     t_test,
     within_run_interval,
 )
@@ -103,3 +109,80 @@ def test_mad_keep_exactly_at_the_threshold() -> None:
     assert keep[:-1].all()
     beyond = np.nextafter(edge, np.inf) * 1.0001
     assert not mad_keep([*base, beyond])[-1]
+
+
+def test_median_is_numpys_bit_for_bit_at_every_size_and_with_nans() -> None:
+    rng = np.random.default_rng(5)
+    for n in range(0, 9):
+        x = rng.normal(size=n)
+        got = median(x)
+        assert (math.isnan(got) and n == 0) or got == float(np.median(x)), n
+        ints = rng.integers(0, 100, size=n)
+        assert n == 0 or median(ints) == float(np.median(ints)), n
+    assert math.isnan(median([1.0, float("nan"), 2.0]))
+    assert sorted_median(np.array([1, 2, 3, 4])) == 2.5  # an integer array: no NaN test on it
+    assert math.isnan(sorted_median(np.array([])))
+
+
+def test_quantile_and_mad_by_hand() -> None:
+    assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.25) == 2.0
+    assert quantile([1.0, float("nan"), 3.0], 0.5) == 2.0  # non-finite values left out
+    assert math.isnan(quantile([], 0.5))
+    # median 3, deviations 2, 1, 0, 1, 7 -> MAD 1
+    assert mad([1.0, 2.0, 3.0, 4.0, 10.0]) == 1.0
+    assert math.isnan(mad([]))
+
+
+def test_block_length_is_archs_and_at_least_one() -> None:
+    from arch.bootstrap import optimal_block_length
+
+    assert block_length(np.array([1.0, 2.0])) == 1.0  # too short to estimate
+    assert block_length(np.full(50, 3.0)) == 1.0  # constant: no autocorrelation to measure
+    rng = np.random.default_rng(8)
+    x = np.empty(400)
+    x[0] = 0.0
+    for i in range(1, x.size):  # AR(1), phi 0.8: blocks well above 1
+        x[i] = 0.8 * x[i - 1] + rng.normal()
+    expected = float(optimal_block_length(x)["stationary"].iloc[0])
+    assert expected > 2.0
+    assert block_length(x) == pytest.approx(expected, rel=1e-12)
+
+
+def spikes_by_hand(x: list[float], block: int, ratio: float, z: float) -> list[bool]:
+    """The spike rule written out from the docstring, one observation at a time."""
+    out = []
+    for i, v in enumerate(x):
+        b = i // block
+        if b == 0:
+            out.append(False)
+            continue
+        ref = np.array(x[(b - 1) * block : b * block])
+        ref = ref[np.isfinite(ref)]
+        if ref.size == 0 or not math.isfinite(v):
+            out.append(False)
+            continue
+        m = float(np.median(ref))
+        dev = float(np.median(np.abs(ref - m)))
+        out.append(v > m + max(z * 1.4826 * dev, (ratio - 1) * abs(m)))
+    return out
+
+
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_spikes_against_the_rule_written_out(nonfinite: bool) -> None:
+    rng = np.random.default_rng(11)
+    x = list(1.0 + 0.05 * rng.normal(size=47))
+    x[13], x[21], x[30], x[44] = 2.5, 1.9, 5.0, 2.05  # spikes and near misses
+    if nonfinite:
+        x[3], x[17], x[33] = float("nan"), float("inf"), float("nan")
+        x[10:15] = [float("nan")] * 5  # a whole block without a finite value: no reference for the next
+    got = spikes(x, block=5, ratio=2.0, z=6.0)
+    assert got.dtype == np.bool_
+    assert got.tolist() == spikes_by_hand(x, 5, 2.0, 6.0)
+    assert got.any()
+
+
+def test_spikes_exactly_at_the_margin_are_not_spikes() -> None:
+    # previous block: median 1, MAD 0 -> margin (ratio - 1) x 1 = 1: 2.0 is at the margin, not above it
+    x = [1.0, 1.0, 1.0, 1.0, 2.0, np.nextafter(2.0, 3.0)]
+    assert spikes(x, block=4, ratio=2.0).tolist() == [False] * 5 + [True]
+    assert not spikes([1.0, 2.0, 3.0], block=4).any()  # shorter than a block: no reference
