@@ -13,6 +13,7 @@ from scipy import stats as sps
 from ledger.analyses.stats import (
     INTERVAL_MIN_SAMPLES,
     MAD_Z,
+    as_float,
     block_length,
     mad,
     mad_keep,
@@ -186,3 +187,45 @@ def test_spikes_exactly_at_the_margin_are_not_spikes() -> None:
     x = [1.0, 1.0, 1.0, 1.0, 2.0, np.nextafter(2.0, 3.0)]
     assert spikes(x, block=4, ratio=2.0).tolist() == [False] * 5 + [True]
     assert not spikes([1.0, 2.0, 3.0], block=4).any()  # shorter than a block: no reference
+
+
+def test_t_test_edges() -> None:
+    assert t_test([], [1.0, 2.0]) is None and t_test([1.0, 2.0], []) is None
+    assert t_test([1.0], [2.0], prior_sd=0.1) is None  # a floor without degrees of freedom adds nothing
+    # no spread at all: the difference is exact
+    same = t_test([1.0, 1.0], [1.0, 1.0])
+    assert same is not None
+    assert (same.estimate, same.p_value, same.ci, same.df, same.sd) == (0.0, 1.0, (0.0, 0.0), 2, 0.0)
+    apart = t_test([1.0, 1.0], [3.0, 3.0])
+    assert apart is not None and (apart.estimate, apart.p_value, apart.ci, apart.df, apart.sd) == (
+        2.0, 0.0, (2.0, 2.0), 2, 0.0)
+
+
+def test_as_float_keeps_finite_float64_values() -> None:
+    out = as_float([[1, 2], [3, float("nan")]])
+    assert out.dtype == np.float64 and out.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_percentile_interval_default_level_is_95() -> None:
+    assert percentile_interval(np.arange(201.0)) == pytest.approx((5.0, 195.0))
+
+
+def test_mad_keep_away_from_zero_and_without_a_mad() -> None:
+    # median 10, MAD 2: modified z of 20 is 0.6745 x 10 / 2 = 3.37 (kept), of 21 is 3.71 (dropped)
+    x = [8.0, 8.0, 10.0, 10.0, 10.0, 12.0, 12.0]
+    assert mad_keep([*x, 20.0]).tolist() == [True] * 8
+    assert mad_keep([*x, 21.0]).tolist() == [True] * 7 + [False]
+    # more than half equal: MAD 0, the mean absolute deviation stands in (0.7979 x 0.8 = 0.638):
+    # 9 is 0.6745 x 4 / 0.638 = 4.2 away (dropped)
+    assert mad_keep([5, 5, 5, 5, 9]).tolist() == [True, True, True, True, False]
+    assert mad_keep([5, 5, 5, 5, 5]).all()
+    assert mad_keep([float("nan"), float("inf")]).tolist() == [False, False]
+
+
+def test_block_length_of_white_noise_is_archs_between_one_and_two() -> None:
+    from arch.bootstrap import optimal_block_length
+
+    x = np.random.default_rng(4).normal(size=300)
+    found = float(optimal_block_length(x)["stationary"].iloc[0])
+    assert 1.0 < found < 2.0
+    assert block_length(x) == pytest.approx(found, rel=1e-12)
