@@ -14,7 +14,7 @@ from conftest import child_env
 from ledger.record.capture.hardware import capture_hardware, gpu_model, read_nvml
 from schemas.receipt import Drivers
 
-pynvml = pytest.importorskip("pynvml")  # the gpu extra (nvidia-ml-py); the dev setup installs it
+pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py (the gpu extra) is not installed; `make test` installs it")
 
 
 def test_host_facts() -> None:
