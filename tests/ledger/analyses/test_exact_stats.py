@@ -229,3 +229,13 @@ def test_block_length_of_white_noise_is_archs_between_one_and_two() -> None:
     found = float(optimal_block_length(x)["stationary"].iloc[0])
     assert 1.0 < found < 2.0
     assert block_length(x) == pytest.approx(found, rel=1e-12)
+
+
+@pytest.mark.parametrize("block", [4, 5, 6])
+def test_spikes_near_the_mad_margin_against_the_rule_written_out(block: int) -> None:
+    # ratio 1: the margin is the MAD term alone, and z 2 puts many observations near it
+    x = list(1.0 + 0.05 * np.random.default_rng(block).normal(size=10 * block + 3))
+    got = spikes(x, block=block, ratio=1.0, z=2.0)
+    expected = spikes_by_hand(x, block, 1.0, 2.0)
+    assert got.tolist() == expected
+    assert 0 < sum(expected) < len(x) - block
