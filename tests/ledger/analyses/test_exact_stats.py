@@ -131,6 +131,7 @@ def test_quantile_and_mad_by_hand() -> None:
     assert math.isnan(quantile([], 0.5))
     # median 3, deviations 2, 1, 0, 1, 7 -> MAD 1
     assert mad([1.0, 2.0, 3.0, 4.0, 10.0]) == 1.0
+    assert mad([3.0]) == 0.0
     assert math.isnan(mad([]))
 
 
