@@ -54,11 +54,12 @@ MODULES: tuple[Module, ...] = (
     Module("goodput", ("ledger/analyses/goodput.py",), (A + "test_goodput.py", A + "test_exact_goodput.py"), 3),
     Module("gates", ("ledger/analyses/gates.py", "ledger/analyses/km.py"),
            (A + "test_gates.py", A + "test_km.py", A + "test_exact_goodput.py"), 3),
+    # in-process tests only: a `ledger` CLI started by a test would import mutmut's trampolines outside its
+    # runner and fail (test_secrets.py and test_integrity.py start the CLI)
     Module("redaction", ("ledger/redact.py",),
-           ("tests/ledger/record/test_redact.py", "tests/ledger/record/test_secrets.py",
-            "tests/ledger/record/test_redact_exact.py"), 5),
+           ("tests/ledger/record/test_redact.py", "tests/ledger/record/test_redact_exact.py"), 5),
     Module("publish", ("ledger/store/publish.py", "ledger/store/receipts.py"),
-           ("tests/ledger/store/test_stored_columns.py", "tests/ledger/store/test_integrity.py"), 5),
+           ("tests/ledger/store/test_stored_columns.py",), 5),
     Module("mlperf", ("ledger/ingest/mlperf.py",),
            ("tests/ledger/ingest/test_mlperf.py", "tests/ledger/ingest/test_mlperf_exact.py"), 3),
     Module("megatron", ("ledger/ingest/megatron.py",), ("tests/ledger/ingest/test_megatron_parser.py",), 3),
