@@ -18,7 +18,7 @@ $(VENV)/.core: $(PY) pyproject.toml constraints.txt
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.core
-	$(PIP) -e ".[dev,dvc,web,tensorboard,hf,lightning,sign]" nvidia-ml-py pyyaml megatron-core
+	$(PIP) -e ".[dev,dvc,web,tensorboard,hf,lightning,sign,export]" nvidia-ml-py pyyaml megatron-core
 	@touch $@
 
 $(VENV)/.bench: $(VENV)/.core
@@ -39,8 +39,11 @@ $(VENV)/.system: | $(PY)
 		|| echo "warning: could not install chromium; the HTML report test will not run"
 	@touch $@
 
+# Two workers (the CI machine has 2 cores; most tests wait on subprocesses), each test file on one worker so
+# its module fixtures are built once; TEST_JOBS=0 runs everything in this process.
+TEST_JOBS ?= 2
 test: $(VENV)/.dev $(VENV)/.system
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 $(VENV)/.mutation: $(VENV)/.dev
 	$(PIP) -e ".[mutation]"

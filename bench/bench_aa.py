@@ -92,17 +92,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=12)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--condition", choices=("both", "as-is", "loaded"), default="both",
+                        help="which conditions to measure (default both)")
     args = parser.parse_args()
-    for condition, load in (("as is", False), ("with a CPU load beside it", True)):
+    conditions = [(c, load) for c, load in (("as is", False), ("with a CPU load beside it", True))
+                  if args.condition == "both" or (args.condition == "loaded") == load]
+    for condition, load in conditions:
         got = run(args.pairs, args.steps, load)
         rate = got["false_alarm_pairs"] / got["pairs"]  # type: ignore[operator]
+        # a pair that was not judged between runs (e.g. the stack changed while recording, so the runs are
+        # not replicates and no floor exists) is no evidence of calibration: the figure is only met when
+        # every pair was judged
+        assessed = got["judged_pairs"] == got["pairs"]
         print(f"{condition}: {got['false_alarm_pairs']} of {got['pairs']} seed-only pairs alarmed on a headline "
               f"metric ({got['judged_pairs']} judged between runs); per metric {got['per_metric']}; "
               f"recording took {got['record_s']} s")
         figure = "aa_false_alarm_rate" + ("_loaded" if load else "")
         print(json.dumps({"figure": figure, "value": round(rate, 4), "unit": "pairs", "reference": 0.05,
-                          "ratio": round(rate / 0.05, 3), "target": TARGET, "met": rate <= TARGET,
-                          "n": got["pairs"]}))
+                          "ratio": round(rate / 0.05, 3), "target": TARGET, "met": assessed and rate <= TARGET,
+                          "n": got["pairs"], "judged": got["judged_pairs"]}))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ MLflow side runs in a child process, so its import does not weigh on ours.
 
 Target: under 1 s, and faster than MLflow. ``ratio`` = MLflow / ours (higher is better).
 
+**Floor** (``compare_1m_steps_vs_duckdb_scan``): one DuckDB scan of both receipts' step tables in the index
+(the step columns the comparison reads, summed per receipt) through ``index.reader``, median of ``--reps``.
+Target: ours (plugins included) within 20x of it; ``ratio`` = ours / floor.
+
     .venv/bin/python bench/bench_compare.py [--steps 1000000] [--routing-rows 200000] [--reps 5]
                                             [--mlflow-points 100000]
 """
@@ -46,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 TARGET_S = 1.0
+TARGET_VS_SCAN = 20.0
+"""compare() within 20x of one DuckDB scan of both receipts' step tables (issue 22)."""
 MLFLOW_POINTS = 100_000
 MLFLOW_BATCH = 1000
 STEP_METRICS = ("loss", "step_time_s", "tokens_per_s", "grad_norm", "tokens")
@@ -113,20 +119,22 @@ def build_receipt(ledger: Any, name: str, precision: str, speedup: float, steps:
         "rank": pa.array(np.zeros(n, dtype=np.int32)), "step": step, "time": t, "tokens": step * tokens_per_step,
         "loss": loss, "lr": np.full(n, 3e-4), "grad_norm": 1.0 + 0.1 * rng.standard_normal(n),
         "step_time_s": step_time, "tokens_per_s": tokens_per_step / step_time,
-        "flops_per_s": tokens_per_step / step_time * 6 * 1.3e9, "aux_loss": np.full(n, 0.01),
+        "flops_per_s": tokens_per_step / step_time * 6 * 1.3e9, "tflops_per_device": pa.nulls(n, pa.float64()),
+        "global_batch": np.full(n, 64, dtype=np.int64), "aux_loss": np.full(n, 0.01),
         "z_loss": np.full(n, 0.001), "loss_scale": pa.nulls(n, pa.float64()),
         "memory_bytes": np.full(n, 60 * 2**30, dtype=np.int64), "skipped": np.zeros(n, dtype=bool),
         "extra": pa.nulls(n, TABLES["steps"].field("extra").type),
     }, schema=TABLES["steps"])
-    logged = routing_rows // (LAYERS * EXPERTS)
-    r_step = np.repeat(np.linspace(1, steps, logged).astype(np.int64), LAYERS * EXPERTS)
-    r_layer = np.tile(np.repeat(np.arange(LAYERS, dtype=np.int32), EXPERTS), logged)
-    r_expert = np.tile(np.arange(EXPERTS, dtype=np.int32), LAYERS * logged)
+    logged = routing_rows // (LAYERS * EXPERTS)  # rows of the long layout: a (step, layer) row holds EXPERTS
+    r_step = np.repeat(np.linspace(1, steps, logged).astype(np.int64), LAYERS)
+    r_layer = np.tile(np.arange(LAYERS, dtype=np.int32), logged)
     counts = rng.multinomial(tokens_per_step * 2, np.full(EXPERTS, 1 / EXPERTS), size=logged * LAYERS).ravel()
     m = r_step.size
+    offsets = pa.array(np.arange(0, m * EXPERTS + 1, EXPERTS, dtype=np.int32))
     routing_table = pa.table({
-        "rank": pa.array(np.zeros(m, dtype=np.int32)), "step": r_step, "layer": r_layer, "expert": r_expert,
-        "tokens": counts.astype(np.int64), "dropped": np.zeros(m, dtype=np.int64),
+        "rank": pa.array(np.zeros(m, dtype=np.int32)), "step": r_step, "layer": r_layer,
+        "tokens": pa.ListArray.from_arrays(offsets, pa.array(counts.astype(np.int64))),
+        "dropped": pa.ListArray.from_arrays(offsets, pa.array(np.zeros(m * EXPERTS, dtype=np.int64))),
         "capacity": pa.nulls(m, pa.int64()), "entropy": np.full(m, 0.93),
     }, schema=TABLES["routing"])
     e_step = np.repeat(np.linspace(steps // 5, steps, 5).astype(np.int64), 2)
@@ -244,9 +252,29 @@ def main() -> None:
         through = next(m for m in result["metrics"] if m["name"] == "tokens/s per device")
         mfu = next(m for m in result["metrics"] if m["name"] == "MFU")
         share = [s for s in result["attribution"] if s["metric"] == "throughput"]
-        print(f"  tokens/s per device x{through['ratio']:.3f} CI {[round(c, 4) for c in through['ci']]} -> "
-              f"{through['verdict']}; MFU {mfu['a']:.3f} -> {mfu['b']:.3f} ({mfu['note']}); "
-              f"attribution {[(s['factor'], round(s['share'], 3)) for s in share]}")
+        print(f"  tokens/s per device x{through['ratio']} CI {through.get('ci')} -> {through['verdict']}; MFU "
+              f"{mfu['a']} -> {mfu['b']} ({mfu['note']}); attribution {[(s['factor'], s['share']) for s in share]}")
+
+        from ledger.analyses.series import STEP_COLUMNS
+
+        def scan() -> float:
+            t0 = time.perf_counter()
+            sums = ", ".join(f"sum({c}::DOUBLE)" for c in STEP_COLUMNS if c != "step")
+            with index.reader(ledger) as con:
+                con.execute(f"SELECT receipt_id, count(*), {sums} FROM steps WHERE receipt_id IN (?, ?) "
+                            "GROUP BY receipt_id", [a, b]).fetchall()
+            return time.perf_counter() - t0
+
+        scan()
+        floor = statistics.median(scan() for _ in range(args.reps))
+        ours = timed[True][0]
+        note = (f"ours: compare() through the index, every metric (plugins included), median of {args.reps}; floor: "
+                f"one DuckDB scan of both receipts' step tables in the index ({len(STEP_COLUMNS)} columns the "
+                f"comparison reads, summed per receipt) through index.reader, median of {args.reps}; ratio = ours / "
+                f"floor, target <= {TARGET_VS_SCAN:g}; load average {os.getloadavg()[0]:.1f}")
+        print(json.dumps({"figure": "compare_1m_steps_vs_duckdb_scan", "value": round(ours, 4), "unit": "s",
+                          "reference": round(floor, 4), "ratio": round(ours / floor, 2), "target": TARGET_VS_SCAN,
+                          "met": ours / floor <= TARGET_VS_SCAN, "note": note}))
 
         total_points = 2 * (len(STEP_METRICS) * args.steps + args.routing_rows)
         if args.skip_mlflow:

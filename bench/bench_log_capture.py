@@ -10,7 +10,7 @@ Two generated logs of ``--mb`` MB each:
 Figures (MB/s; reference: ``cat FILE > /dev/null`` of the same file, best of 3; target: a floor of
 100 MB/s for ours):
 - ``log_capture_parse_<log>``: :class:`ledger.ingest.formats.scan.LineCapture` over the file, in process,
-  best of 2 (what `ledger record` does to ``output.log`` after the launch);
+  best of 2 (what the output tee of `ledger record` feeds, batch by batch, as the launch prints);
 - ``log_capture_record_mixed``: ``ledger record -- cat FILE`` (stdout to /dev/null) minus ``ledger record
   -- true``, i.e. the per-byte cost of the wrapper with capture on (tee, redaction, parsing, publishing the
   log), best of 2;

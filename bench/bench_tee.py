@@ -5,7 +5,10 @@
 * the child's own run time (``cat`` timed inside the child) under ``ledger record`` against the same child
   writing into a pipe drained by ``cat >/dev/null`` (target: ratio <= 1.1): the child is never held back;
 * peak memory (RSS, GNU time's %M) of the wrapper for the log and for a newline-less stream of the same
-  size, against ``ledger record -- true`` (target: < 100 MB above it, for any line length).
+  size, against ``ledger record -- true`` (target: < 100 MB above it, for any line length);
+* the redaction of the log alone, in process: :meth:`ledger.redact.StreamRedactor.feed_bytes` over the log
+  in the tee's batches, MB/s of CPU time (best of 2), against ``cat LOG >/dev/null`` (no target: the
+  part of the first figure that redaction takes).
 
 LOG is a generic training log of ``--mb`` megabytes (default 200); ``--megatron`` repeats the Megatron logs of
 ../shared/fixtures instead, which `ledger record` then also parses as a Megatron launch (issue 13's part).
@@ -61,6 +64,34 @@ def child_time(cwd: Path) -> float:
     return int((cwd / "child_ns.txt").read_text()) / 1e9
 
 
+def redaction_mb_s(log: Path) -> float:
+    """MB/s (CPU time, best of 2) of redacting the log in the tee's batches, in this process."""
+    sys.path.insert(0, str(ROOT))
+    from ledger.record.tee import BATCH
+    from ledger.redact import Redactor, StreamRedactor
+
+    data = log.read_bytes()
+    best = float("inf")
+    for _ in range(2):
+        feed = StreamRedactor(Redactor(dict(os.environ))).feed_bytes
+        start, i = time.process_time(), 0
+        while i < len(data):
+            cut = data.rfind(b"\n", i, i + BATCH) + 1 or min(len(data), i + BATCH)
+            feed(data[i:cut])
+            i = cut
+        best = min(best, time.process_time() - start)
+    return len(data) / best / 1e6
+
+
+def cat_mb_s(log: Path) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)
+        best = min(best, time.perf_counter() - start)
+    return log.stat().st_size / best / 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=200)
@@ -85,6 +116,7 @@ def main() -> None:
             rows["child_bare"].append(child_time(work))
             run(f"{ledger} {timed_cat} >/dev/null", env, work)
             rows["child_ours"].append(child_time(work))
+        redaction, cat = redaction_mb_s(log), cat_mb_s(log)
         _, rss["idle"] = run(f"{ledger} true >/dev/null", env, work)
         _, rss["no_newline"] = run(f"{ledger} bash -c 'head -c {args.mb << 20} /dev/zero | tr \"\\0\" x' >/dev/null",
                                    env, work)
@@ -104,6 +136,10 @@ def main() -> None:
          "note": f"peak RSS of ledger record above `ledger record -- true` ({rss['idle'] / 1024:.0f} MB): "
                  f"{args.mb} MB log {rss['log'] / 1024:.0f} MB, {args.mb} MB without a newline "
                  f"{rss['no_newline'] / 1024:.0f} MB"},
+        {"figure": "log_redaction_mb_s", "value": round(redaction, 1), "unit": "MB/s",
+         "reference": round(cat, 1), "ratio": round(redaction / cat, 4), "target": None, "met": None,
+         "note": "StreamRedactor.feed_bytes over the log in the tee's batches (CPU time, in process) vs "
+                 "cat LOG >/dev/null (wall); no target of its own"},
     ]
     for r in results:
         print(json.dumps(r))

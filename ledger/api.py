@@ -56,9 +56,9 @@ def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 (l
 def group(tag_value: str) -> Ref:
     """One side of a comparison as a replicate group, ``TAG=VALUE``: ``lg.compare("base", group("sweep=bf16"))``."""
     from ledger.analyses.compare import Ref
-    from ledger.kv import pair
+    from ledger.analyses.groups import parse_group
 
-    pair(tag_value, "--group")
+    parse_group(tag_value)
     return Ref(group=tag_value)
 
 

@@ -33,9 +33,12 @@ redacted, ``KMP_AFFINITY`` and ``NCCL_IB_HCA`` are not.
 4. detect-secrets' regular-expression plugins (``redact_rules.json``, exported by ``python -m ledger.redact``),
    and quoted strings of high entropy (detect-secrets' base64 limit).
 
-Long texts (log batches) run rules 3-4 only on the lines that contain one of their guard words, so a plain
-log line costs a few substring searches. :class:`StreamRedactor` carries an open PEM block from one batch of
-the output log to the next.
+Long texts (log batches) run the rules only on the lines where one could match: a line holding a guard word
+of a contextual rule, or the literal start of a token shape (``AKIA``, ``glpat-``, ``sk-``...; derived from
+each pattern). One RE2 scan (:data:`_HOT`, a DFA: linear time, no per-line Python work) finds those lines;
+the others are copied as they are. Rule 1 and PEM blocks (over lines) run on the whole text.
+:class:`StreamRedactor` carries an open PEM block from one batch of the output log to the next, and
+:meth:`StreamRedactor.feed_bytes` does all this on bytes (the output tee).
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import re2
+
 REDACTED = "<redacted>"
 """The placeholder every redacted value becomes."""
+_REDACTED_BYTES = REDACTED.encode()
 
 ALLOWED_PREFIXES = (
     "CUDA_", "NCCL_", "NVTE_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "OMP_", "SLURM_", "NVIDIA_", "CUDNN_",
@@ -297,12 +303,77 @@ def _one_pass(rules: tuple[_Rule, ...]) -> _Rule:
     return re.compile("|".join(parts)), REDACTED, None
 
 
+def literal_starts(pattern: re.Pattern[str]) -> list[str] | None:
+    """The literal strings one of which starts every match of ``pattern`` (``(ghp|gho)_x`` -> ``ghp_``,
+    ``gho_``), from its parse tree; None when some match may start otherwise (or the set is too large)."""
+    from re import _constants as c  # type: ignore[attr-defined]
+    from re import _parser  # type: ignore[attr-defined]
+
+    def expand(items: Any) -> tuple[list[str], bool]:
+        out = [""]
+        for op, av in items:
+            if op is c.LITERAL:
+                out = [p + chr(av) for p in out]
+                continue
+            if op is c.IN and av and all(o is c.LITERAL for o, _ in av):
+                alts = [[(c.LITERAL, v)] for _, v in av]
+            elif op is c.BRANCH:
+                alts = av[1]
+            elif op is c.SUBPATTERN and not av[1] and not av[2]:
+                alts = [av[3]]
+            else:
+                return out, False
+            subs = [expand(list(a)) for a in alts]
+            out = [p + q for p in out for q, _ in ((x, y) for xs, y in subs for x in xs)]
+            if len(out) > 64:
+                return [], False
+            if not all(whole for _, whole in subs):
+                return out, False
+        return out, True
+
+    starts, _ = expand(list(_parser.parse(pattern.pattern, pattern.flags)))
+    return None if not starts or any(len(x) < 2 for x in starts) else sorted(set(starts))
+
+
 _PLUGIN_WHOLE, _PLUGIN_LINE = _load_rules()
 _ALL_WHOLE = _WHOLE[:2] + (_one_pass(_WHOLE[2:] + _PLUGIN_WHOLE),)
 _ALL_LINE = _LINE + _PLUGIN_LINE
 _GUARDS = {g for _, _, guards in _ALL_LINE for g in guards or ()} - set(_NOT_HOT)
 _LINE_GUARDS = sorted(g for g in _GUARDS if not any(o != g and o in g and o not in _NOT_SECRET_WORDS for o in _GUARDS))
 """Every guard of a line rule, less those that contain a shorter one (``pwd`` is found by ``pw``)."""
+_SHAPE_STARTS = [literal_starts(p) for p, _, _ in _WHOLE[2:] + _PLUGIN_WHOLE]
+_ANYWHERE = tuple(r for r, starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _SHAPE_STARTS, strict=True) if starts is None)
+"""Token shapes without a literal start (none today): they run over the whole of a long text."""
+_HOT_RULES = (_WHOLE[1], _one_pass(tuple(r for r in _WHOLE[2:] + _PLUGIN_WHOLE if r not in _ANYWHERE)), *_ALL_LINE)
+"""What runs on a hot line of a long text: URL userinfo, the token shapes, the contextual rules."""
+_PEM_MARKS = (b"-----BEGIN ", b"---- BEGIN ")
+"""Where a PEM block may start (:data:`_PEM` is case-sensitive)."""
+
+
+def _hot_pattern() -> Any:
+    """One RE2 pattern (bytes, Latin-1) matching each whole line where a rule of :data:`_HOT_RULES` may match:
+    a guard of a line rule (lower-case guards in any case; ``token`` not as in ``tokens``, ``tokenizer``:
+    :data:`_NOT_SECRET_WORDS`), ``://``, or a literal start of a token shape (in its pattern's case)."""
+    sensitive: set[str] = {g for g in _LINE_GUARDS if g != g.lower()}
+    insensitive: set[str] = {g for g in _LINE_GUARDS if g == g.lower()} | {"://"}
+    for (pattern, _, _), starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _SHAPE_STARTS, strict=True):
+        for start in starts or ():
+            (insensitive if pattern.flags & re.IGNORECASE else sensitive).add(start.lower()
+                                                                            if pattern.flags & re.IGNORECASE
+                                                                            else start)
+    lower = []
+    for g in sorted(insensitive):
+        skip = _NOT_SECRET_WORDS.get(g)
+        if skip is None:
+            lower.append(re.escape(g))
+        else:  # token(?!s|i[sz]), without look-ahead (RE2 has none)
+            assert skip == ("tokens", "tokeniz", "tokenis") and g == "token"
+            lower.append(r"token(?:$|[^si]|i(?:$|[^sz]))")
+    alternatives = [re.escape(g) for g in sorted(sensitive)] + [f"(?i:{'|'.join(lower)})"]
+    return re2.compile(f"(?m)^.*(?:{'|'.join(alternatives)}).*$".encode("latin-1"))
+
+
+_HOT = _hot_pattern()
 
 
 def _hit(guards: tuple[str, ...] | None, s: str, lower: str) -> bool:
@@ -317,33 +388,6 @@ def _apply(rules: tuple[_Rule, ...], s: str) -> str:
             s = pattern.sub(replacement, s)
             lower = s.lower()
     return s
-
-
-def _hot_lines(s: str) -> list[tuple[int, int]]:
-    """The (start, end) spans of the lines of a long text in which a line rule's guard occurs, merged."""
-    lower = s.lower()
-    spans = []
-    for guard in _LINE_GUARDS:
-        hay = s if guard != guard.lower() else lower
-        skip = _NOT_SECRET_WORDS.get(guard, ())
-        i = hay.find(guard)
-        while i >= 0:
-            if skip and hay.startswith(skip, i):
-                i = hay.find(guard, i + len(guard))
-                continue
-            start = s.rfind("\n", 0, i) + 1
-            end = s.find("\n", i)
-            end = len(s) if end < 0 else end
-            spans.append((start, end))
-            i = hay.find(guard, end)
-    spans.sort()
-    merged: list[tuple[int, int]] = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
 
 
 def redact_json(data: Any, text: Callable[[str], str]) -> Any:
@@ -387,6 +431,7 @@ class Redactor:
 
     def _compile(self) -> None:
         self._ordered = sorted(self._secrets, key=len, reverse=True)
+        self._ordered_bytes = [v.encode("utf-8", "surrogatepass") for v in self._ordered]
 
     def learn(self, value: str) -> None:
         """Treat ``value`` as a secret from now on: :meth:`text` replaces it wherever it appears (when it
@@ -418,18 +463,42 @@ class Redactor:
     def text(self, s: str) -> str:
         """``s`` with every secret-looking substring replaced by :data:`REDACTED` (multi-line blocks
         included: a PEM key printed in one write goes as a whole)."""
+        if len(s) > SMALL_TEXT:
+            return self._long(s.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         for value in self._ordered:
             if value in s:
                 s = s.replace(value, REDACTED)
-        s = _apply(_ALL_WHOLE, s)
-        if len(s) <= SMALL_TEXT:
-            return _apply(_ALL_LINE, s)
+        return _apply(_ALL_LINE, _apply(_ALL_WHOLE, s))
+
+    def text_bytes(self, data: bytes) -> bytes:
+        """:meth:`text` of UTF-8 bytes (invalid sequences become U+FFFD), without decoding the lines where
+        nothing can match."""
+        if not data.isascii():
+            data = data.decode("utf-8", "replace").encode("utf-8")
+        if len(data) <= SMALL_TEXT:
+            return self.text(data.decode("utf-8")).encode("utf-8")
+        return self._long(data)
+
+    def _long(self, data: bytes) -> bytes:
+        """A long text as UTF-8 (surrogates passed through): secret values and PEM blocks over the whole
+        text, the other rules on the hot lines only (see the module docs)."""
+        for value in self._ordered_bytes:
+            if value in data:
+                data = data.replace(value, _REDACTED_BYTES)
+        if any(mark in data for mark in _PEM_MARKS):
+            data = _PEM.sub(REDACTED, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+        if _ANYWHERE:
+            data = _apply(_ANYWHERE, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
         pieces, last = [], 0
-        for start, end in _hot_lines(s):
-            pieces += [s[last:start], _apply(_ALL_LINE, s[start:end])]
+        for m in _HOT.finditer(data):
+            start, end = m.span()
+            hot = _apply(_HOT_RULES, data[start:end].decode("utf-8", "surrogatepass"))
+            pieces += [data[last:start], hot.encode("utf-8", "surrogatepass")]
             last = end
-        pieces.append(s[last:])
-        return "".join(pieces)
+        if not pieces:
+            return data
+        pieces.append(data[last:])
+        return b"".join(pieces)
 
     def label(self, value: str) -> str:
         """A run's name or a tag value: :meth:`text`, and a random-looking token is a secret whatever its
@@ -495,7 +564,14 @@ class StreamRedactor:
         self.redactor = redactor
         self.open_block = False
 
+    def feed_bytes(self, batch: bytes) -> bytes:
+        """:meth:`feed` of UTF-8 bytes (what the tee hands over); invalid sequences become U+FFFD."""
+        if self.open_block or any(mark in batch for mark in _PEM_MARKS):
+            return self.feed(batch.decode("utf-8", "replace")).encode("utf-8", "surrogatepass")
+        return self.redactor.text_bytes(batch)
+
     def feed(self, batch: str) -> str:
+        """One batch of whole lines, redacted."""
         head = ""
         if self.open_block:
             end = _BLOCK_END.search(batch)

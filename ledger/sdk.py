@@ -195,6 +195,61 @@ class _Steps(_Table):
         ]
 
 
+class _Routing(_Table):
+    """The routing table: a row per (step, layer) whose counts are lists. The flush converts every row's
+    lists in one C++ pass; only when that refuses (a float or a string among the counts) does it coerce
+    row by row, leaving out (and naming) the rows whose counts are not integers."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__("routing", path)
+        self.refused: list[str] = []
+
+    def to_batch(self, rows: list[Any]) -> pa.RecordBatch:
+        try:
+            return self._fast(rows) or super().to_batch(rows)
+        except _ARROW_ERRORS:
+            good = []
+            for row in rows:
+                try:
+                    good.append((*row[:3], _int_list(row[3]), None if row[4] is None else _int_list(row[4]),
+                                 *row[5:]))
+                except (TypeError, ValueError, OverflowError) as exc:
+                    self.refused.append(f"step {row[1]} layer {row[2]}: {exc}")
+            return super().to_batch(good)
+
+    def _fast(self, rows: list[Any]) -> pa.RecordBatch | None:
+        """Rows whose counts are all integer numpy arrays: one concatenation per list column, no Python int
+        per count (None when some row holds something else)."""
+        import numpy as np
+
+        counts = [row[3] for row in rows]
+        drops = [row[4] for row in rows]
+        if not all(isinstance(c, np.ndarray) and c.dtype.kind in "iu" for c in counts):
+            return None
+        if not (all(d is None for d in drops) or all(isinstance(d, np.ndarray) and d.dtype.kind in "iu"
+                                                     for d in drops)):
+            return None
+        n = len(rows)
+        lengths = np.fromiter(map(len, counts), dtype=np.int32, count=n)
+        offsets = pa.array(np.concatenate(([0], np.cumsum(lengths, dtype=np.int32))))
+        tokens = pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(counts).astype(np.int64, copy=False)))
+        dropped = pa.nulls(n, tokens.type) if drops[0] is None else \
+            pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(drops).astype(np.int64, copy=False)))
+        rest = [_array([row[i] for row in rows], f.type) for i, f in ((5, self.schema.field("capacity")),
+                                                                       (6, self.schema.field("entropy")))]
+        arrays = [_array([row[0] for row in rows], pa.int32()), _array([row[1] for row in rows], pa.int64()),
+                  _array([row[2] for row in rows], pa.int32()), tokens, dropped, *rest]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _int_list(values: list[Any]) -> list[int]:
+    return [int(v) if float(v).is_integer() else _not_integer(v) for v in values]
+
+
+def _not_integer(value: Any) -> int:
+    raise ValueError(f"count {value!r} is not an integer")
+
+
 def _columns(given: list[dict[str, Any]], fields: list[pa.Field]) -> dict[str, pa.Array]:
     """The known columns, by name, filled from the dicts in one C++ pass (pyarrow converts each field as
     ``pa.array`` would, and raises the same errors). Only fields some row has: a key missing from a dict
@@ -300,10 +355,13 @@ class Run:
         self.flush_rows = flush_rows
         self._io_lock = threading.Lock()
         self._tables = {
-            name: _Steps(path, self.rank) if name == "steps" else _Table(name, path)
+            name: _Steps(path, self.rank) if name == "steps" else _Routing(path) if name == "routing"
+            else _Table(name, path)
             for name, path in ((name, self.dir / f"{name}{STREAM_SUFFIX}") for name in TABLES)
         }
         self._step_rows = self._tables["steps"].rows
+        self._routing_rows = self._tables["routing"].rows
+        self._routing_flush_rows = max(1, flush_rows // 50)  # a routing row holds E counts
         self._closed = False
         self._warned = False
         self._stop = threading.Event()
@@ -347,20 +405,18 @@ class Run:
         capacity: int | None = None,
         entropy: float | None = None,
     ) -> None:
-        """Record one MoE layer's routing for one logging interval: token-assignments per expert, how
-        many of them were dropped by capacity, the capacity, and the mean router entropy / log E."""
-        counts = _ints(tokens_per_expert)
-        drops = _ints(dropped) if dropped is not None else [None] * len(counts)
-        if len(drops) != len(counts):
+        """Record one MoE layer's routing for one logging interval: token-assignments per expert (a list,
+        numpy array or CPU tensor, indexed by expert), how many of them were dropped by capacity, the
+        capacity per expert, and the mean router entropy / log E. One row per call, the counts kept as a
+        list (``schemas.tables.ROUTING``): a call costs a copy of the counts, whatever the number of
+        experts. (Counts on a GPU: move all layers' counts to the host once per step, not one per call.)"""
+        counts = _counts(tokens_per_expert)
+        drops = None if dropped is None else _counts(dropped)
+        if drops is not None and len(drops) != len(counts):
             raise ValueError(f"dropped has {len(drops)} entries, tokens_per_expert {len(counts)}")
-        ent = None if entropy is None else float(entropy)
-        rows = [
-            (self.rank, step, layer, e, n, d, capacity, ent)
-            for e, (n, d) in enumerate(zip(counts, drops, strict=True))
-        ]
-        buffer = self._tables["routing"].rows
-        buffer.extend(rows)
-        if len(buffer) >= self.flush_rows:
+        buffer = self._routing_rows
+        buffer.append((self.rank, step, layer, counts, drops, capacity, entropy))
+        if len(buffer) >= self._routing_flush_rows:
             self.flush()
 
     def log_timing(self, step: int, phase: str, seconds: float) -> None:
@@ -376,10 +432,17 @@ class Run:
         utilization: float | None = None,
         memory_bytes: int | None = None,
         time_s: float | None = None,
+        sm_clock_mhz: float | None = None,
+        memory_clock_mhz: float | None = None,
+        temperature_c: float | None = None,
+        ecc_corrected: int | None = None,
+        ecc_uncorrected: int | None = None,
     ) -> None:
-        """Record one telemetry sample of a device (energy_j: the device's cumulative counter)."""
+        """Record one telemetry sample of a device (energy_j: the device's cumulative counter; ecc_*: the
+        volatile error counts since the driver loaded)."""
         row = (self.rank, time_s or time.time(), socket.gethostname(), device, power_w, energy_j,
-               utilization, memory_bytes)
+               utilization, memory_bytes, sm_clock_mhz, memory_clock_mhz, temperature_c, ecc_corrected,
+               ecc_uncorrected)
         self._append("telemetry", row)
 
     def event(self, kind: str, *, step: int | None = None, **detail: Any) -> None:
@@ -416,6 +479,9 @@ class Run:
                     table.write(rows)
                 except Exception as exc:  # never break the training loop over metrics
                     self._report_error(f"{table.name}: {type(exc).__name__}: {exc}")
+                if isinstance(table, _Routing) and table.refused:
+                    refused, table.refused = table.refused, []
+                    self._report_error(f"routing: {len(refused)} row(s) left out ({refused[0]})")
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.flush_interval):
@@ -455,10 +521,17 @@ def _warm_up() -> None:
     pa.array([0.0], type=pa.float64())
 
 
-def _ints(values: Any) -> list[int]:
-    if hasattr(values, "tolist"):  # numpy arrays and torch tensors
-        values = values.tolist()
-    return [int(v) for v in values]
+def _counts(values: Any) -> Any:
+    """A copy of per-expert counts the caller may reuse at once: a numpy array stays one (a copy costs well
+    under a microsecond and the flush concatenates them), a CPU tensor becomes one, anything else a list."""
+    if type(values).__module__ == "numpy" and getattr(values, "ndim", 0) == 1:
+        return values.copy()
+    if hasattr(values, "detach") and hasattr(values, "numpy"):  # a torch tensor
+        return values.detach().cpu().numpy().copy()
+    if hasattr(values, "tolist"):
+        out = values.tolist()
+        return out if isinstance(out, list) else [out]
+    return list(values)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from schemas.identity import canonical_json, content_id, is_sealed, seal
     from schemas.migrations import SchemaVersionError, migrate
     from schemas.receipt import (
-        SCHEMA_VERSION,
         Architecture,
         Artifact,
         Batch,
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
         Workload,
     )
     from schemas.tables import TABLES
+    from schemas.version import SCHEMA_VERSION
 
 _MODULES = {
     "Architecture": "schemas.receipt",
@@ -79,7 +79,7 @@ _MODULES = {
     "QualityGate": "schemas.receipt",
     "Receipt": "schemas.receipt",
     "Router": "schemas.receipt",
-    "SCHEMA_VERSION": "schemas.receipt",
+    "SCHEMA_VERSION": "schemas.version",
     "SchemaVersionError": "schemas.migrations",
     "Software": "schemas.receipt",
     "Stack": "schemas.receipt",

@@ -9,6 +9,8 @@ History:
   needs only its version raised.
 - v4: ``capture`` (where `ledger record` took each metric table and the configuration from); absent, i.e.
   null, in older receipts: a v3 receipt needs only its version raised.
+- v5: clocks, ECC and topology of the GPUs and CPUs (``Gpu``, ``Hardware``) and of each node of a job
+  (``NodeStack``); all default to unknown: a v4 receipt needs only its version raised.
 
 ``migrate(data)`` upgrades a raw receipt dict step by step to :data:`SCHEMA_VERSION`. A receipt newer than
 this code raises :class:`SchemaVersionError` (upgrade stackreceipt to read it).
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from schemas.receipt import SCHEMA_VERSION
+from schemas.version import SCHEMA_VERSION
 
 
 class SchemaVersionError(ValueError):
@@ -45,7 +47,12 @@ def _v3_to_v4(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 4}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 5}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 """MIGRATIONS[v] turns a version-v dict into a version-(v+1) dict."""
 
 

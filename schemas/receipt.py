@@ -15,9 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.factors import Factor
-
-SCHEMA_VERSION = 4
-"""The receipt schema version this code writes. Older versions are migrated on read."""
+from schemas.version import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
 
 
 def F(factor: Factor, default: Any = None, **kwargs: Any) -> Any:
@@ -142,6 +140,18 @@ class Gpu(Model):
     """e.g. 9.0."""
     power_limit_w: float | None = F(Factor.HARDWARE)
     """Enforced power limit."""
+    sm_clock_max_mhz: int | None = F(Factor.HARDWARE)
+    """Highest SM clock the GPU supports (NVML max clock)."""
+    sm_clock_app_mhz: int | None = F(Factor.HARDWARE)
+    """SM applications clock: the clock set for compute work (``nvidia-smi -ac``); None when unavailable."""
+    mem_clock_app_mhz: int | None = F(Factor.HARDWARE)
+    """Memory applications clock."""
+    ecc_enabled: bool | None = F(Factor.HARDWARE)
+    """Whether ECC is on (the current mode); None when the GPU or NVML does not say."""
+    ecc_uncorrected: int | None = F(Factor.RECORD)
+    """Uncorrected ECC errors since the driver loaded (volatile count): a health fact, not a setting."""
+    pci_bus_id: str | None = F(Factor.RECORD)
+    """PCI bus id, which NVLink peers name."""
 
 
 class Link(Model):
@@ -178,6 +188,20 @@ class Hardware(Model):
     """Per-GPU facts."""
     nvlinks: tuple[Link, ...] = F(Factor.HARDWARE, default=())
     """Active NVLinks (the intra-node topology)."""
+    gpu_topology: tuple[str, ...] = F(Factor.HARDWARE, default=())
+    """How each pair of GPUs is connected, as ``nvidia-smi topo -m`` names it: ``"0-1 NV18"`` (NVLinks,
+    direct or through NVSwitch), else the nearest common PCIe ancestor (PIX, PXB, PHB, NODE, SYS)."""
+    cpu_sockets: int | None = F(Factor.HARDWARE)
+    """CPU packages (sockets), from /sys."""
+    numa_nodes: int | None = F(Factor.HARDWARE)
+    """NUMA nodes, from /sys."""
+    threads_per_core: int | None = F(Factor.HARDWARE)
+    """Hardware threads per core (2 with SMT on)."""
+    cpu_governor: str | None = F(Factor.HARDWARE)
+    """CPU frequency scaling governor (e.g. performance; 'mixed: a, b' when cores differ); None where the
+    kernel exposes no cpufreq (many VMs and containers)."""
+    cpu_max_mhz: int | None = F(Factor.HARDWARE)
+    """Highest CPU frequency the cores allow (cpufreq's cpuinfo_max_freq)."""
     nvml: str | None = F(Factor.RECORD)
     """'ok', or why NVML was unavailable (a clean 'no GPU' record)."""
     nodes_observed: tuple[str, ...] = F(Factor.RECORD, default=())
@@ -247,6 +271,21 @@ class NodeStack(Model):
     """GPUs visible on this node."""
     cpu_model: str | None = F(Factor.HARDWARE)
     """CPU model of this node."""
+    gpu_clocks: str | None = F(Factor.HARDWARE)
+    """The node's GPU clocks, e.g. 'SM 1980 MHz (max 1980), memory 2619 MHz' ('mixed: ...' when its GPUs
+    differ); None when not available (no NVML on the node, or not probed there)."""
+    ecc: str | None = F(Factor.HARDWARE)
+    """ECC mode of the node's GPUs: 'on', 'off' or 'mixed: ...'; None when not available."""
+    ecc_errors: int | None = F(Factor.RECORD)
+    """Uncorrected ECC errors (volatile) summed over the node's GPUs; None when not available."""
+    gpu_topology: str | None = F(Factor.HARDWARE)
+    """How the node's GPU pairs are connected, counted: e.g. 'NV18 (28 pairs)'; None when not available."""
+    cpu_topology: str | None = F(Factor.HARDWARE)
+    """e.g. '2 sockets, 2 NUMA nodes, 2 threads per core'; None when not available."""
+    cpu_governor: str | None = F(Factor.HARDWARE)
+    """CPU frequency governor; None when the node exposes none."""
+    cpu_max_mhz: int | None = F(Factor.HARDWARE)
+    """Highest CPU frequency."""
 
 
 class Stack(Model):

@@ -49,7 +49,25 @@ EVALS = pa.schema(
     ]
 )
 
+COUNTS = pa.list_(pa.int64())
+"""Counts per expert of one MoE layer, indexed by expert number (0 .. E-1)."""
+
 ROUTING = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("layer", pa.int32(), nullable=False),
+        pa.field("tokens", COUNTS, metadata={"doc": "Token-assignments routed to each expert (n_e), by expert."}),
+        pa.field("dropped", COUNTS, metadata={"doc": "Of those, dropped by capacity (d_e), by expert; null when "
+                                                     "not logged."}),
+        pa.field("capacity", pa.int64(), metadata={"doc": "Expert capacity C (slots per expert), when enforced."}),
+        pa.field("entropy", pa.float64(), metadata={"doc": "Mean router entropy of the layer / log E."}),
+    ]
+)
+"""One row per (rank, step, MoE layer), the counts of its E experts as lists: a 58-layer, 256-expert model
+logs 58 rows a step, not 14,848 (docs/architecture.md, "Routing at production shape")."""
+
+ROUTING_LONG = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("step", pa.int64(), nullable=False),
@@ -61,6 +79,8 @@ ROUTING = pa.schema(
         pa.field("entropy", pa.float64(), metadata={"doc": "Mean router entropy of the layer / log E."}),
     ]
 )
+"""The routing table of receipts written before the list layout: one row per (rank, step, layer, expert).
+Such receipts still read: :mod:`ledger.store.routing` turns their rows into :data:`ROUTING`'s."""
 
 TIMING = pa.schema(
     [
@@ -92,6 +112,13 @@ TELEMETRY = pa.schema(
         pa.field("energy_j", pa.float64(), metadata={"doc": "Cumulative energy counter of the device."}),
         pa.field("utilization", pa.float64(), metadata={"doc": "0..1."}),
         pa.field("memory_bytes", pa.int64()),
+        pa.field("sm_clock_mhz", pa.float64(), metadata={"doc": "Graphics (SM) clock now, MHz."}),
+        pa.field("memory_clock_mhz", pa.float64(), metadata={"doc": "Memory clock now, MHz."}),
+        pa.field("temperature_c", pa.float64(), metadata={"doc": "Device temperature, degrees C."}),
+        pa.field("ecc_corrected", pa.int64(),
+                 metadata={"doc": "Corrected ECC errors since the driver loaded (volatile count)."}),
+        pa.field("ecc_uncorrected", pa.int64(),
+                 metadata={"doc": "Uncorrected ECC errors since the driver loaded (volatile count)."}),
     ]
 )
 

@@ -2,7 +2,9 @@
 
 Writes OUT/compare.json (`ledger compare --json`), OUT/metrics.json (its metrics as flat keys such as
 ``tokens_per_s_per_device.a``: the DVC metric), OUT/compare.md (`--markdown`) and OUT/loss.csv (run, tokens,
-loss of every run: a DVC plot, one line per run), then prints the markdown.
+loss of every run: a DVC plot, one line per run), then prints the markdown. One process and one comparison
+for all of it: the JSON and the Markdown are `ledger compare`'s own renderings of the same result (the
+command's default options; its check that files and index agree runs first).
 """
 
 from __future__ import annotations
@@ -11,19 +13,42 @@ import argparse
 import csv
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 LEDGER_DIR: str | None = None
 
 
-def ledger(*args: str) -> str:
-    where = ["--ledger", LEDGER_DIR] if LEDGER_DIR else []
-    proc = subprocess.run(["ledger", *where, *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"ledger {' '.join(args[:2])} failed: {proc.stderr.strip()}")
-    return proc.stdout
+def compare_both(a: str, b: str) -> tuple[str, str]:
+    """What `ledger compare A B --json` and `ledger compare A B --markdown` print, from one comparison."""
+    import contextlib
+    import io
+
+    from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
+    from ledger.cli.kit import echo_json
+    from ledger.report.markdown import render
+    from ledger.store import index
+    from ledger.store.agreement import check_involved
+    from ledger.store.layout import ledger_dir
+    from ledger.store.receipts import Ledger
+
+    store = Ledger(ledger_dir(LEDGER_DIR))
+    with index.reader(store) as con:
+        result = compare(con, Ref(ref=a), Ref(ref=b), CompareOptions())
+        check_involved(store, con, [r.id for r in result.runs_a + result.runs_b])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        echo_json(to_json(result))
+    return printed.getvalue(), render(result)
+
+
+def query(sql: str) -> list[dict[str, object]]:
+    """What `ledger query --json SQL` prints, parsed."""
+    import ledger
+    from ledger.jsonsafe import json_safe
+
+    rows: list[dict[str, object]] = json_safe(ledger.open(LEDGER_DIR).query(sql).to_pylist())
+    return rows
 
 
 def slug(name: str) -> str:
@@ -61,15 +86,17 @@ def main() -> None:
         if name not in ids:
             sys.exit(f"no recorded run named {name!r} in {args.runs} (have: {', '.join(ids)})")
     args.out.mkdir(parents=True, exist_ok=True)
-    report = ledger("compare", ids[args.a], ids[args.b], "--json")
+    try:
+        report, markdown = compare_both(ids[args.a], ids[args.b])
+    except Exception as exc:  # the ledger's one-line errors, as the command would print them
+        sys.exit(f"ledger compare failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     (args.out / "compare.json").write_text(report)
     (args.out / "metrics.json").write_text(json.dumps(flat_metrics(json.loads(report)), indent=2) + "\n")
-    markdown = ledger("compare", ids[args.a], ids[args.b], "--markdown")
     (args.out / "compare.md").write_text(markdown)
     quoted = ", ".join(f"'{i}'" for i in ids.values())
     sql = ("SELECT r.name AS run, s.tokens, s.loss FROM steps s JOIN receipts r ON r.id = s.receipt_id "
            f"WHERE r.id IN ({quoted}) ORDER BY r.name, s.step")
-    rows = json.loads(ledger("query", "--json", sql))
+    rows = query(sql)
     with open(args.out / "loss.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["run", "tokens", "loss"])
         writer.writeheader()

@@ -14,16 +14,22 @@ Goodput and quality gates:
 
 Compare and attribution (``ledger compare``, ``ledger report``):
 
-    stats        rank tests (Mann-Whitney, Wilcoxon signed-rank), exact bootstrap of quantiles, bootstrap of
-                 means, pooled t-test, MAD outlier filter, spike detection
-    diff         the factor diff of two receipts; the task check
-    series       a run's metric tables as numpy columns (RunData), loaded from the index
-    matched      curves interpolated at common token counts or wall times
-    groups       the two sides of a comparison: a receipt, a ``--group TAG=VALUE``, replicate groups
-    metrics      metric providers (a registry) and the side-by-side statistics of each metric
-    attribution  the ablation graph, paths, Shapley shares, confounded factor sets
-    ablations    the missing ablation runs as ready-to-run commands
-    compare      ``compare()``: all of the above for two refs, as one ``Comparison``
+    stats            within-run intervals (batch means), the between-run test, robust summaries, outliers,
+                     spikes (scipy.stats and arch)
+    evidence         between-run evidence: replicates in the ledger and the learned noise floor
+    diff             the factor diff of two receipts; the task check
+    series           one receipt's metric tables as numpy columns (RunData), loaded from the index
+    matched          curves interpolated at common token counts or wall times
+    curves           B - A along the matched range, and display smoothing, for plots
+    groups           ``--group TAG=VALUE`` (the one resolver, also behind ``gate`` and ``plan --goodput-from``)
+                     and the two sides of a comparison; replicate groups
+    metrics          metric providers (a registry) and the side-by-side statistics of each metric
+    goodput_compare  goodput and time-to-gate rows of ``compare`` (a ``METRICS`` / ``HEADLINES`` module)
+    attribution      the ablation graph, paths, Shapley shares, confounded factor sets
+    ablations        the missing ablation runs as ready-to-run commands
+    nodes            differences between the nodes of a multi-node receipt, by factor
+    stragglers       the ranks and nodes that set a synchronous job's pace, and the time lost waiting on them
+    compare          ``compare()``: all of the above for two refs, as one ``Comparison``
 
 Any module of this package may contribute to ``compare`` without editing it: a module-level ``METRICS``
 (a list of :class:`ledger.analyses.metrics.MetricProvider`) adds rows to the side-by-side table, and a

@@ -38,6 +38,7 @@ from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_
 from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, compare_all, plugins
 from ledger.analyses.nodes import node_differences
 from ledger.analyses.series import RunData, load_run, load_run_cached
+from ledger.jsonsafe import json_safe
 from schemas import Receipt
 
 
@@ -273,20 +274,9 @@ def _share_json(metric: str, share: Share) -> dict[str, Any]:
             "fraction": share.fraction, "verdict": share.verdict}
 
 
-def _finite(value: Any) -> Any:
-    """NaN and infinities become None (JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def to_json(c: Comparison) -> dict[str, Any]:
     """The comparison as JSON-able data with stable keys (non-finite numbers as null)."""
-    data: dict[str, Any] = _finite(_to_json(c))
+    data: dict[str, Any] = json_safe(_to_json(c))
     return data
 
 

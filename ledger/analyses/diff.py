@@ -70,14 +70,6 @@ def causal_leaves(receipt: Receipt) -> dict[str, Any]:
     return {p: v for p, v in flatten(receipt).items() if _FACTORS[p] is not Factor.RECORD}
 
 
-def factor_values(receipt: Receipt) -> dict[str, dict[str, Any]]:
-    """Causal factor -> {path: value} of its leaves; two receipts agree on a factor iff these are equal."""
-    out: dict[str, dict[str, Any]] = {f.value: {} for f in CAUSAL_FACTORS}
-    for path, value in causal_leaves(receipt).items():
-        out[_FACTORS[path].value][path] = value
-    return out
-
-
 def diff_leaves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
     """The leaves whose values differ (a missing leaf counts as None)."""
     return [Change(p, a.get(p), b.get(p)) for p in sorted(set(a) | set(b), key=_order(a, b)) if a.get(p) != b.get(p)]

@@ -593,35 +593,17 @@ def run_gates(
 def gate_report(ledger: Ledger, ref: str, spec: str | None = None, pricing: Pricing | None = None) -> RunGates:
     """One logical run (any attempt's ref) against the task's gates (or ``spec``)."""
     from ledger.store import index
-    from ledger.store.attempts import load_run
+    from ledger.store.attempts import logical_run
 
     with index.reader(ledger) as con:
-        run = load_run(con, ref)
+        run = logical_run(con, ref)
         return run_gates(con, run, spec, pricing, None)
-
-
-def group_runs(con: duckdb.DuckDBPyConnection, tag: str) -> list[LogicalRun]:
-    """The logical runs with an attempt tagged KEY=VALUE, oldest first."""
-    import json
-
-    from ledger.kv import pair
-    from ledger.store.attempts import run_of
-
-    key, value = pair(tag, "--group", example="--group sweep=seeds")
-    roots: dict[str, str] = {}
-    for rid, root, tags, _started in con.execute(
-        "SELECT id, coalesce(attempt_of, id), tags, started_at FROM receipts ORDER BY started_at"
-    ).fetchall():
-        if json.loads(tags or "{}").get(key) == value and str(root) not in roots:
-            roots[str(root)] = rid
-    if not roots:
-        raise BadInput(f"no receipt is tagged {key}={value}; `ledger ls --where tag.{key}={value}` lists them")
-    return [run_of(con, str(rid)) for rid in roots.values()]
 
 
 def group_report(ledger: Ledger, tag: str, spec: str | None = None, pricing: Pricing | None = None) -> GroupGates:
     """Every logical run tagged ``TAG=VALUE`` against the task's gates (or ``spec``), summarised with
     censoring. Raises :class:`BadInput` when the runs train different tasks."""
+    from ledger.analyses.groups import group_runs
     from ledger.store import index
 
     with index.reader(ledger) as con:
@@ -672,7 +654,6 @@ __all__ = [
     "gate_report",
     "gate_result",
     "group_report",
-    "group_runs",
     "human",
     "run_cost",
     "run_gates",

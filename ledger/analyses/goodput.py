@@ -797,14 +797,4 @@ def _data_phases(
     return out
 
 
-def __getattr__(name: str) -> Any:
-    """``goodput_of_run``, ``goodput`` and ``load_tables`` moved to :mod:`ledger.analyses.goodput_index`;
-    kept reachable here for :mod:`ledger.planning.observations` until it imports them from there."""
-    if name in ("goodput", "goodput_of_run", "load_tables"):
-        from ledger.analyses import goodput_index
-
-        return getattr(goodput_index, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["BUCKETS", "DATA_PHASES", "PAIRS", "TIMELINE_BINS", "AttemptSpan", "Goodput", "Segment", "compute"]

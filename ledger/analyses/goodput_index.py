@@ -3,11 +3,13 @@ query each, handed to :func:`ledger.analyses.goodput.compute`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ledger.analyses.goodput import DATA_PHASES, TIMELINE_BINS, Goodput, compute
 from ledger.store.attempts import LogicalRun
@@ -44,18 +46,46 @@ def load_tables(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str,
 
 
 def goodput_of_run(con: duckdb.DuckDBPyConnection, run: LogicalRun, *, bins: int = TIMELINE_BINS) -> Goodput:
-    """Goodput of a :class:`ledger.store.attempts.LogicalRun` from the index."""
+    """Goodput of a :class:`ledger.store.attempts.LogicalRun` from the index; for a run whose attempts
+    timed the phases of several ranks, with the time lost waiting on slower ranks as the
+    ``straggler_wait`` bucket (:func:`with_straggler_wait`)."""
     tables = load_tables(con, run.ids)
-    return compute(run.attempts, tables["steps"], tables["events"], tables["timing"], bins=bins)
+    good = compute(run.attempts, tables["steps"], tables["events"], tables["timing"], bins=bins)
+    return with_straggler_wait(con, good, run.ids)
+
+
+def with_straggler_wait(con: duckdb.DuckDBPyConnection, good: Goodput, ids: Sequence[str]) -> Goodput:
+    """``good`` with the ``straggler_wait`` bucket (:func:`ledger.analyses.stragglers.straggler_bucket`):
+    the waiting time estimated from the timing rows of each attempt that timed several ranks, summed over
+    the attempts. Unchanged when no attempt timed more than one rank (nothing to compare)."""
+    from ledger.analyses.stragglers import BUCKET, straggler_bucket, stragglers
+
+    marks = _marks(ids)
+    timing = con.sql(
+        f"SELECT receipt_id, rank, step, phase, seconds FROM timing WHERE receipt_id IN ("
+        f"SELECT receipt_id FROM timing WHERE receipt_id IN ({marks}) GROUP BY receipt_id "
+        "HAVING count(DISTINCT rank) > 1)",
+        params=list(ids),
+    ).to_arrow_table()
+    if not timing.num_rows:
+        return good
+    attempts = timing.column("receipt_id")
+    wait = 0.0
+    for rid in sorted(set(attempts.to_pylist())):
+        wait += stragglers(timing.filter(pc.equal(attempts, rid))).wait_s
+    out: Goodput = straggler_bucket(good, wait)
+    note = (f"{BUCKET}: {wait:.3g} s estimated from the ranks' timers (per step, the slowest rank's work "
+            "time minus the median rank's; see ledger.analyses.stragglers)")
+    return dataclasses.replace(out, notes=[*out.notes, note])
 
 
 def goodput(ledger: Ledger, ref: str) -> Goodput:
     """Goodput of the logical run a ref (any attempt's id, prefix or name) belongs to."""
     from ledger.store import index
-    from ledger.store.attempts import load_run
+    from ledger.store.attempts import logical_run
 
     with index.reader(ledger) as con:
-        run = load_run(con, ref)
+        run = logical_run(con, ref)
         return goodput_of_run(con, run)
 
 

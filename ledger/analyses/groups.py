@@ -1,8 +1,9 @@
-"""The two sides of a comparison, and replicate groups.
+"""``--group TAG=VALUE`` and the two sides of a comparison; replicate groups.
 
 A side is one receipt (a name or an id prefix) or a group: ``--group TAG=VALUE`` selects every receipt
-tagged so. A group must be a **replicate group**: receipts identical in every causal factor but the
-seed; its members are compared as runs of one configuration (between-run variance).
+tagged so (:func:`tagged`, the one resolver of ``--group``, also behind the gates and goodput of a group:
+:func:`group_runs`). A side's group must be a **replicate group**: receipts identical in every causal
+factor but the seed; its members are compared as runs of one configuration (between-run variance).
 
 :class:`Catalog` holds every indexed receipt's causal factor values (read from the index's JSON without
 validating each receipt again), for the groups, the replicates (:mod:`ledger.analyses.evidence`) and the
@@ -21,6 +22,7 @@ import duckdb
 
 from ledger.errors import BadInput
 from ledger.kv import pair
+from ledger.store.attempts import LogicalRun, root_of, run_of
 from ledger.store.refs import resolve
 from schemas import Factor, leaves
 from schemas.factors import CAUSAL_FACTORS
@@ -125,6 +127,22 @@ def parse_group(text: str) -> tuple[str, str]:
     return pair(text, "--group", error=InvalidGroup)
 
 
+def tagged(con: duckdb.DuckDBPyConnection, group: str) -> tuple[str, ...]:
+    """The receipts a ``--group TAG=VALUE`` selects: every receipt tagged so, oldest first. Raises
+    :class:`InvalidGroup` when ``group`` is not ``TAG=VALUE`` or no receipt is tagged so."""
+    tag, value = parse_group(group)
+    rows = con.execute("SELECT id, tags FROM receipts ORDER BY started_at, id").fetchall()
+    ids = tuple(str(rid) for rid, tags in rows if json.loads(tags or "{}").get(tag) == value)
+    if not ids:
+        raise InvalidGroup(f"no receipt is tagged {tag}={value}; `ledger ls --where tag.{tag}={value}` lists them")
+    return ids
+
+
+def group_runs(con: duckdb.DuckDBPyConnection, group: str) -> list[LogicalRun]:
+    """The logical runs with an attempt in the group ``TAG=VALUE`` (:func:`tagged`), oldest first."""
+    return [run_of(con, root) for root in dict.fromkeys(root_of(con, rid) for rid in tagged(con, group))]
+
+
 def resolve_side(con: duckdb.DuckDBPyConnection, catalog: Catalog, name: str, ref: str | None = None,
                  group: str | None = None) -> Side:
     """A side from a ref (name or id prefix) or a group ``TAG=VALUE``."""
@@ -132,10 +150,7 @@ def resolve_side(con: duckdb.DuckDBPyConnection, catalog: Catalog, name: str, re
         return Side(name, ref, (resolve(con, ref),), False)
     if group is None:
         raise BadInput("give a ref or --group TAG=VALUE for each side")
-    tag, value = parse_group(group)
-    ids = tuple(e.id for e in catalog.entries.values() if e.tags.get(tag) == value)
-    if not ids:
-        raise InvalidGroup(f"no receipt is tagged {tag}={value}; `ledger ls --where tag.{tag}={value}` lists them")
+    ids = tagged(con, group)
     check_replicates(catalog, ids, f"--group {group}")
     return Side(name, f"--group {group}", ids, True)
 

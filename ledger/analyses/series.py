@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from ledger.analyses.stats import mad_keep
 from ledger.mfu import model_flops_per_token
+from ledger.store.routing import STEP_SUMMARY_COLUMNS
 from ledger.store.summary import warmup_cut
 from schemas import Receipt
 
@@ -34,17 +35,12 @@ STEP_COLUMNS = (
     "tflops_per_device", "memory_bytes", "skipped",
 )
 
-_ROUTING_SQL = """
-WITH per_expert AS (
-    SELECT step, layer, expert, sum(tokens) AS n, sum(coalesce(dropped, 0)) AS d, sum(capacity) AS c,
-           avg(entropy) AS h
-    FROM routing WHERE receipt_id = $1 GROUP BY step, layer, expert
-)
-SELECT step, layer, count(*) AS experts, sum(n) AS n_sum, stddev_pop(n) AS n_std, max(n) AS n_max,
-       sum(d) AS d_sum, sum(c) AS c_sum, avg(h) AS entropy,
-       sum(CASE WHEN n > 0 THEN n * ln(n) ELSE 0 END) AS n_log_n
-FROM per_expert GROUP BY step, layer ORDER BY step, layer
-"""
+def routing_per_layer_step(con: duckdb.DuckDBPyConnection, receipt_id: str) -> Columns:
+    """A receipt's routing per (step, layer) as numpy columns, from the index's ``routing_steps`` table
+    (:data:`ledger.store.routing.STEP_SUMMARY`, computed in DuckDB when the receipt was indexed)."""
+    cols = ", ".join(STEP_SUMMARY_COLUMNS)
+    return _numpy(con.execute(f"SELECT {cols} FROM routing_steps WHERE receipt_id = $1 ORDER BY step, layer",
+                              [receipt_id]).fetchnumpy())
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,8 @@ class RunData:
     evals: list[dict[str, Any]]
     """Eval rows (step, tokens, split, source, metric, value) sorted by step."""
     routing: Columns
-    """Per (step, layer): experts, n_sum, n_std, n_max, d_sum, c_sum, entropy, n_log_n."""
+    """Per (step, layer): experts, n_sum, n_std, n_max, d_sum, c_sum, entropy, n_log_n, dominant
+    (:data:`ledger.store.routing.STEP_SUMMARY`)."""
     timing: dict[str, Columns]
     """Phase -> {step, seconds} (mean over ranks)."""
     telemetry: Columns = field(default_factory=dict)
@@ -191,7 +188,8 @@ def load_receipt(con: duckdb.DuckDBPyConnection, receipt_id: str) -> Receipt:
 
 
 def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt | None = None) -> RunData:
-    """A receipt's tables from the index."""
+    """One receipt's tables from the index (the attempts of a logical run are
+    :func:`ledger.store.attempts.logical_run`)."""
     receipt = receipt if receipt is not None else load_receipt(con, receipt_id)
     cols = ", ".join(STEP_COLUMNS) + ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
     steps = _numpy(
@@ -210,7 +208,7 @@ def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt |
             [receipt_id],
         ).fetchall()
     ]
-    routing = _numpy(con.execute(_ROUTING_SQL, [receipt_id]).fetchnumpy())
+    routing = routing_per_layer_step(con, receipt_id)
     timing_rows = _numpy(
         con.execute(
             "SELECT phase, step, avg(seconds) AS seconds FROM timing WHERE receipt_id = $1 "
@@ -264,30 +262,73 @@ def load_run_cached(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Re
     return run
 
 
+HEATMAP_LAYERS = 8
+"""Routing heatmaps drawn per receipt at most (the most imbalanced layers: :func:`imbalanced_layers`)."""
+
+
+def imbalanced_layers(con: duckdb.DuckDBPyConnection, receipt_id: str, limit: int = HEATMAP_LAYERS) -> list[int]:
+    """The ``limit`` MoE layers of highest mean load CV (from the index's ``routing_steps``), in layer order."""
+    rows = con.execute(
+        "SELECT layer FROM routing_steps WHERE receipt_id = $1 GROUP BY layer "
+        "ORDER BY avg(n_std / nullif(n_sum / experts, 0)) DESC NULLS LAST, layer LIMIT $2",
+        [receipt_id, limit]).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def layer_count(con: duckdb.DuckDBPyConnection, receipt_id: str) -> int:
+    """MoE layers that logged routing."""
+    row = con.execute("SELECT count(DISTINCT layer) FROM routing_steps WHERE receipt_id = $1", [receipt_id]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def routing_matrices(con: duckdb.DuckDBPyConnection, receipt_id: str, max_bins: int = 120,
+                     layers: Sequence[int] | None = None) -> dict[int, Columns]:
+    """Tokens per expert per step of each MoE layer (or only ``layers``), steps binned into at most ``max_bins``
+    columns, as the share of the mean load (1 = even): layer -> {"step": bin start steps, "load": experts x
+    bins}. Bins and sums are made in DuckDB (each (step, layer) row gets its bin, then the lists are opened
+    and summed per bin and expert); numpy receives experts x bins numbers per layer."""
+    where = "receipt_id = $1"
+    params: list[Any] = [receipt_id]
+    if layers is not None:
+        if not layers:
+            return {}
+        where += f" AND layer IN ({', '.join(str(int(x)) for x in layers)})"
+    bins = _numpy(con.execute(f"""
+        WITH s AS (SELECT layer, step, dense_rank() OVER (PARTITION BY layer ORDER BY step) - 1 AS j,
+                          count(*) OVER (PARTITION BY layer) AS steps
+                   FROM (SELECT DISTINCT layer, step FROM routing WHERE {where}))
+        SELECT layer, step, (((j + 1) * least(steps, {int(max_bins)}) + steps - 1) // steps) - 1 AS bin FROM s
+        ORDER BY layer, step""", params).fetchnumpy())
+    if not bins or bins["layer"].size == 0:
+        return {}
+    con.register("_routing_bins", {k: bins[k] for k in ("layer", "step", "bin")})
+    try:
+        rows = _numpy(con.execute(f"""
+            SELECT layer, bin, expert, sum(n) AS n
+            FROM (SELECT b.layer, b.bin, generate_subscripts(r.tokens, 1) - 1 AS expert, unnest(r.tokens) AS n
+                  FROM routing r JOIN _routing_bins b ON r.layer = b.layer AND r.step = b.step
+                  WHERE r.{where.replace(" layer", " r.layer")})
+            GROUP BY layer, bin, expert""", params).fetchnumpy())
+    finally:
+        con.unregister("_routing_bins")
+    out: dict[int, Columns] = {}
+    for lay in np.unique(bins["layer"]).tolist():
+        m, mb = rows["layer"] == lay, bins["layer"] == lay
+        b, e = rows["bin"][m].astype(np.int64), rows["expert"][m].astype(np.int64)
+        grid = np.zeros((int(e.max()) + 1 if e.size else 0, int(bins["bin"][mb].max()) + 1))
+        grid[e, b] = np.nan_to_num(rows["n"][m])
+        first = np.unique(bins["bin"][mb], return_index=True)[1]
+        mean = grid.mean(axis=0, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            load = np.where(mean > 0, grid / mean, np.nan)
+        out[int(lay)] = {"step": bins["step"][mb][first], "load": load}
+    return out
+
+
 def routing_matrix(con: duckdb.DuckDBPyConnection, receipt_id: str, layer: int, max_bins: int = 120) -> Columns:
-    """Tokens per expert per step of one layer, steps binned into at most ``max_bins`` columns, as the
-    share of the mean load (1 = even): {"step": bin start steps, "load": experts x bins}."""
-    rows = _numpy(
-        con.execute(
-            "SELECT step, expert, sum(tokens) AS n FROM routing WHERE receipt_id = $1 AND layer = $2 "
-            "GROUP BY step, expert ORDER BY step, expert",
-            [receipt_id, layer],
-        ).fetchnumpy()
-    )
-    if not rows or rows["step"].size == 0:
-        return {"step": np.empty(0), "load": np.empty((0, 0))}
-    steps = np.unique(rows["step"])
-    experts = int(rows["expert"].max()) + 1
-    grid = np.zeros((experts, steps.size))
-    col = np.searchsorted(steps, rows["step"])
-    np.add.at(grid, (rows["expert"].astype(np.int64), col), np.nan_to_num(rows["n"]))
-    bins = min(max_bins, steps.size)
-    edges = np.linspace(0, steps.size, bins + 1).astype(np.int64)
-    binned = np.add.reduceat(grid, edges[:-1], axis=1)
-    mean = binned.mean(axis=0, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        load = np.where(mean > 0, binned / mean, np.nan)
-    return {"step": steps[edges[:-1]], "load": load}
+    """One layer of :func:`routing_matrices`."""
+    found = routing_matrices(con, receipt_id, max_bins, [layer]).get(layer)
+    return found if found is not None else {"step": np.empty(0), "load": np.empty((0, 0))}
 
 
 def layers_of(run: RunData) -> list[int]:

@@ -122,10 +122,13 @@ def block_length(x: FloatArray) -> float:
     :func:`arch.bootstrap.optimal_block_length` (at least 1)."""
     from arch.bootstrap import optimal_block_length
 
+    from ledger.analyses.blas import one_thread
+
     head = x[:BLOCK_LENGTH_MAX_SAMPLES]
     if head.size < 3 or float(np.std(head)) == 0.0:
         return 1.0
-    found = float(optimal_block_length(head)["stationary"].iloc[0])
+    with one_thread():  # its dot products of a few thousand values: far quicker on one BLAS thread
+        found = float(optimal_block_length(head)["stationary"].iloc[0])
     return max(1.0, found) if math.isfinite(found) else 1.0
 
 

@@ -181,6 +181,12 @@ def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, 
         rows.reverse()
     if limit is not None:
         rows = rows[:limit]
+    from ledger.report.safe import visible
+
+    for row in rows:  # the index is derived: a row whose files are gone or changed is said, not trusted
+        if row.get("index_problem"):
+            click.echo(f"ledger: receipt {row['id'][:12]}: {visible(row['index_problem'])}; its row is from "
+                       "the index: run `ledger verify` and `ledger reindex`", err=True)
     if as_json:
         echo_json(rows)
     elif columns is not None:

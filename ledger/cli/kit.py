@@ -5,14 +5,13 @@ Imports only click and the standard library at module level: `ledger --help` mus
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ledger.jsonsafe import json_safe
 from ledger.store.layout import ledger_dir
 
 if TYPE_CHECKING:  # the store loads pydantic and the schemas: not before a command runs
@@ -55,29 +54,9 @@ def facade_from(ctx: click.Context, path: Path | None) -> api.Ledger:
     return Facade(ledger_from(ctx, path).root)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):  # DuckDB's sum() of integers is a HUGEINT, i.e. a decimal in Arrow
-        return int(value) if value == value.to_integral_value() else float(value)
-    return str(value)
-
-
-def json_safe(data: Any) -> Any:
-    """``data`` with NaN and infinities as null: JSON has no such numbers, and `ledger ... --json` must
-    print what any JSON parser reads."""
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: json_safe(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [json_safe(v) for v in data]
-    if isinstance(data, Decimal):
-        return json_safe(_json_default(data))
-    return data
-
-
 def echo_json(data: Any) -> None:
     """Print JSON (strict: NaN and infinities are null) with stable key order."""
-    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=_json_default, allow_nan=False))
+    click.echo(json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False))
 
 
 def parse_tags(values: tuple[str, ...]) -> dict[str, str]:

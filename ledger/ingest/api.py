@@ -28,6 +28,7 @@ from ledger.ingest.common import (
 from ledger.ingest.megatron import MegatronLog, parse_log, routing_from_dir
 from ledger.ingest.megatron_args import args_from_text, merge_args, workload_from_args
 from ledger.store.receipts import Ledger
+from ledger.store.routing import as_lists
 from schemas import Links, Receipt, Stack
 from schemas.tables import TABLES
 
@@ -137,8 +138,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     tables: dict[str, pa.Table] = {}
     for table_name in TABLES:
         file = directory / f"{table_name}.parquet"
-        tables[table_name] = conform(pq.read_table(file), TABLES[table_name]) if file.exists() \
-            else TABLES[table_name].empty_table()
+        tables[table_name] = conform(as_lists(pq.read_table(file)) if table_name == "routing" else pq.read_table(file),
+                                     TABLES[table_name]) if file.exists() else TABLES[table_name].empty_table()
     added = timing.tables()
     for table_name, extra in added.items():
         tables[table_name] = pa.concat_tables([tables[table_name].cast(TABLES[table_name]), extra])

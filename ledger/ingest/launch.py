@@ -2,8 +2,11 @@
 from its command line, and one sentence saying what was captured.
 
 The wrapper calls :func:`start` once the staging directory exists (the command line and the config files
-it names are read as they are at launch) and :func:`finish` after the child exited and the Megatron
-capture (:mod:`ledger.ingest.live`) ran, before publishing. Neither ever raises: whatever goes wrong is a
+it names are read as they are at launch), feeds the output to :func:`live_capture`'s parser as the tee
+writes it (so a launch killed mid-run has its lines parsed up to the kill, and the log is never read a
+second time), and calls :func:`finish` after the child exited and the Megatron capture
+(:mod:`ledger.ingest.live`) ran, before publishing. Without a live parser (``ledger recover``, a consumer
+that failed) :func:`finish` reads ``output.log``. Neither ever raises: whatever goes wrong is a
 receipt problem, and a successful training run is never lost to its capture.
 
 Sources of the metric tables, each table from one source only, in this order of trust:
@@ -31,16 +34,14 @@ from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
-from ledger.ingest.live import started_at
+from ledger.ingest.live import capture_root, has_table, started_at
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
-    JSONL_SUFFIX,
     LOG_FILE,
-    STREAM_SUFFIX,
     rank_dir,
 )
-from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.merge import read_json, read_table
 from ledger.store.publish import add_problems, write_json_atomic
 
 NOTHING = "no step metrics captured: use --parse PATTERN, write TensorBoard events, or the SDK (README#capture)"
@@ -95,12 +96,21 @@ def start(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Any) -> No
             pass
 
 
+def live_capture(parse: str | None) -> LineCapture:
+    """The parser of the output that the tee feeds as it writes the log (``--parse`` checked before)."""
+    if parse is not None:
+        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
+    return LineCapture()
+
+
 # ------------------------------------------------------------------------------------------ finish
-def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None) -> str:
+def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None,
+           live: LineCapture | None = None) -> str:
     """Fill the staging directory's missing metric tables from the launch's output and files; returns the
-    sentence to print."""
+    sentence to print. ``live``: the output's parser, fed while the launch ran (:func:`live_capture`);
+    None: ``output.log`` is read now."""
     try:
-        return _finish(Path(run_dir), list(command), Path(cwd), options or CaptureOptions())
+        return _finish(Path(run_dir), list(command), Path(cwd), options or CaptureOptions(), live)
     except Exception as exc:  # capture never fails the run
         message = f"metric capture failed: {type(exc).__name__}: {exc}"
         try:
@@ -115,27 +125,18 @@ def finished(run_dir: Path) -> bool:
     return "line" in _read_facts(run_dir)
 
 
-def _has_table(run_dir: Path, name: str) -> bool:
-    for _, directory in rank_dirs(run_dir):
-        for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
-            path = directory / f"{name}{suffix}"
-            if path.exists() and path.stat().st_size > 0:
-                return True
-    return False
-
-
 def _read_facts(run_dir: Path) -> dict[str, Any]:
     data, _ = read_json(run_dir / CAPTURE_FILE)
     return data or {}
 
 
-def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions) -> str:
+def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions, live: LineCapture | None) -> str:
     from ledger.ingest.live import looks_like_megatron
 
     facts = _read_facts(run_dir)
     notes: list[tuple[str, str]] = []
     log = run_dir / LOG_FILE
-    existing = {name: _has_table(run_dir, name) for name in ("steps", "evals")}
+    existing = {name: has_table(run_dir, name) for name in ("steps", "evals")}
     candidates: list[Source] = []
     chosen: dict[str, dict[str, Any]] = {}
     unparsed = 0
@@ -143,12 +144,13 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
         pass
     else:
         pattern = compile_pattern(options.parse) if options.parse else None
-        if log.exists():
-            if pattern is not None:
-                scan = LineCapture({"pattern": line_format(pattern)}, hint=False)
+        if live is not None or log.exists():
+            if live is not None:
+                scan = live
+                scan.close()
             else:
-                scan = LineCapture()
-            scan.feed_file(log)
+                scan = live_capture(options.parse)
+                scan.feed_file(log)
             best = scan.best()
             if best is not None:
                 candidates.append(Source(best, "output", best.name))
@@ -167,6 +169,8 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
     for table_name in ("steps", "evals"):
         if existing[table_name]:
             table = read_table(run_dir, table_name)[0]
+            if not table.num_rows:  # the Megatron capture's, apart from the ranks' on a node of a job
+                table = read_table(capture_root(run_dir), table_name)[0]
             megatron = looks_like_megatron(command, log)
             chosen[table_name] = {"table": table_name, "rows": table.num_rows,
                                   "source": "output" if megatron else "sdk",
@@ -180,7 +184,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
             continue
         pick = ranked[0]
         table = pick.rows.tables()[table_name]
-        write_tables(rank_dir(run_dir, 0), {table_name: table}, skip_existing=True)
+        write_tables(rank_dir(capture_root(run_dir), 0), {table_name: table}, skip_existing=True)
         chosen[table_name] = _describe(pick, table_name)
         sources.append(chosen[table_name])
         also.extend(_describe(c, table_name) for c in ranked[1:])
@@ -327,4 +331,4 @@ def _common_dir(paths: list[Path], cwd: Path) -> str:
 
 
 
-__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "start"]
+__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "live_capture", "start"]

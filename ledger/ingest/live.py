@@ -6,7 +6,8 @@ published. It acts only when the launch is Megatron (a ``pretrain_*.py`` script 
 command, or iteration lines in the tee'd log) and no rank wrote steps through the SDK: a training loop that
 uses the SDK is the better source and is never second-guessed. It then parses the log with the importer's
 parsers and writes ``rank-00000/<table>.arrows`` (only tables no rank wrote) and ``rank-00000/workload.json``
-(only when no rank set a workload), so the normal publish picks them up. Routing comes from
+(only when no rank set a workload), so the normal publish picks them up (a node of a multi-node job writes
+them under ``captured/`` instead: :func:`capture_root`). Routing comes from
 ``tokens_per_expert/*.jsonl`` dumps in the staging directory or in the launch's working directory
 (written since the launch started).
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from ledger.ingest.common import Issues, numbered_lines, write_tables
 from ledger.ingest.megatron import is_iteration_line, parse_lines, routing_from_dir
 from ledger.ingest.megatron_args import args_from_command, is_megatron_command, merge_args, workload_from_args
-from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
+from ledger.store.layout import CAPTURED_DIR, JSONL_SUFFIX, STREAM_SUFFIX, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
 from ledger.store.merge import rank_dirs, read_json
 from schemas import Workload
 
@@ -31,8 +32,24 @@ SNIFF_LINES = 20_000
 """Lines of the log read to recognise Megatron output when the command does not say so."""
 
 
-def _has_table(run_dir: Path, name: str) -> bool:
-    for _, directory in rank_dirs(run_dir):
+def capture_root(run_dir: Path) -> Path:
+    """Where zero-code capture writes its ``rank-00000/``: the staging directory of a single run; for a node
+    of a multi-node job (its wrapper.json names the job), the node's ``captured/`` directory: global rank 0
+    writes its own ``rank-00000/`` on whichever node it ran, and every node may capture from its output."""
+    return run_dir / CAPTURED_DIR if isinstance(_wrapper(run_dir).get("job"), dict) else run_dir
+
+
+def capture_dirs(run_dir: Path) -> list[Path]:
+    """Every directory a metric table of this staging directory may be in: the ranks' and the capture's."""
+    dirs = [directory for _, directory in rank_dirs(run_dir)]
+    if (run_dir / CAPTURED_DIR).is_dir():
+        dirs += [directory for _, directory in rank_dirs(run_dir / CAPTURED_DIR)]
+    return dirs
+
+
+def has_table(run_dir: Path, name: str) -> bool:
+    """Whether a rank (or an earlier capture) wrote rows of table ``name`` in this staging directory."""
+    for directory in capture_dirs(run_dir):
         for suffix in (STREAM_SUFFIX, JSONL_SUFFIX):
             path = directory / f"{name}{suffix}"
             if path.exists() and path.stat().st_size > 0:
@@ -41,7 +58,7 @@ def _has_table(run_dir: Path, name: str) -> bool:
 
 
 def _has_workload(run_dir: Path) -> bool:
-    return any((directory / WORKLOAD_FILE).exists() for _, directory in rank_dirs(run_dir))
+    return any((directory / WORKLOAD_FILE).exists() for directory in capture_dirs(run_dir))
 
 
 def looks_like_megatron(command: Sequence[str], log_path: Path) -> bool:
@@ -69,7 +86,7 @@ def augment(run_dir: Path, command: Sequence[str], log_path: Path) -> list[str]:
 def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
     if not looks_like_megatron(command, log_path):
         return []
-    if _has_table(run_dir, "steps"):
+    if has_table(run_dir, "steps"):
         return ["Megatron launch: steps were logged through the SDK, so the log was not parsed"]
     if not log_path.exists():
         return ["Megatron launch: no output log to parse"]
@@ -84,8 +101,9 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
             tables["routing"] = routing_from_dir(directory, issues, since=started)
             break
     notes: list[str] = []
-    skipped = [name for name, t in tables.items() if t.num_rows and _has_table(run_dir, name)]
-    written = write_tables(rank_dir(run_dir, 0), {k: v for k, v in tables.items() if k not in skipped})
+    skipped = [name for name, t in tables.items() if t.num_rows and has_table(run_dir, name)]
+    target = rank_dir(capture_root(run_dir), 0)
+    written = write_tables(target, {k: v for k, v in tables.items() if k not in skipped})
     if skipped:
         notes.append(f"Megatron log: {', '.join(skipped)} already written through the SDK; kept those")
     if "train_iters" not in args and log.total_iters:
@@ -93,7 +111,7 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
     if not _has_workload(run_dir) and (args or complete):
         workload = workload_from_args(args, complete=complete)
         if workload != Workload():
-            path = rank_dir(run_dir, 0) / WORKLOAD_FILE
+            path = target / WORKLOAD_FILE
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(workload.model_dump(mode="json"), sort_keys=True))
             written.append("workload")
@@ -122,4 +140,4 @@ def _cwd(run_dir: Path) -> Path:
     return Path(str(_wrapper(run_dir).get("cwd") or run_dir))
 
 
-__all__ = ["augment", "looks_like_megatron"]
+__all__ = ["augment", "capture_dirs", "capture_root", "has_table", "looks_like_megatron", "started_at"]

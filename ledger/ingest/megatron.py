@@ -470,8 +470,8 @@ def routing_from_dir(directory: Path, issues: Issues, since: float | None = None
       lists their numbers) or ``{"<layer>": [...]}``.
 
     ``since``: ignore files last modified before this Unix time (dumps of an earlier run)."""
-    cols: dict[str, list[Any]] = {n: [] for n in ("rank", "step", "layer", "expert", "tokens", "dropped",
-                                                  "capacity", "entropy")}
+    cols: dict[str, list[Any]] = {n: [] for n in ("rank", "step", "layer", "tokens", "dropped", "capacity",
+                                                  "entropy")}
     for path in sorted(directory.glob("*.jsonl")):
         if since is not None and path.stat().st_mtime < since:
             continue
@@ -524,15 +524,14 @@ def _routing_rows(raw: str) -> Iterator[tuple[Any, ...]]:
             values = [int(v) for v in per_expert]
         except (TypeError, ValueError) as exc:
             raise LineError(f"layer {layer!r}: counts must be integers") from exc
-        drops: list[Any] = [None] * len(values)
+        drops: list[Any] | None = None
         if isinstance(dropped, list) and len(dropped) == len(values) and len(layers) == 1:
-            drops = [int(d) if isinstance(d, int | float) and not isinstance(d, bool) else None for d in dropped]
+            drops = [int(d) if isinstance(d, int | float) and not isinstance(d, bool) else 0 for d in dropped]
         capacity = obj.get("capacity")
         entropy = obj.get("entropy")
-        for expert, n in enumerate(values):
-            yield (rank, step, layer_no, expert, n, drops[expert],
-                   capacity if isinstance(capacity, int) and not isinstance(capacity, bool) else None,
-                   float(entropy) if isinstance(entropy, int | float) and not isinstance(entropy, bool) else None)
+        yield (rank, step, layer_no, values, drops,
+               capacity if isinstance(capacity, int) and not isinstance(capacity, bool) else None,
+               float(entropy) if isinstance(entropy, int | float) and not isinstance(entropy, bool) else None)
 
 
 __all__ = [

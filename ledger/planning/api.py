@@ -152,18 +152,10 @@ def calibration(path: Path | None, hw_name: str) -> tuple[Calibration, str]:
 
 def parse_parallel(text: str) -> dict[str, int]:
     """'tp=2,pp=4' -> {'tp': 2, 'pp': 4}, with a one-line error naming the bad item."""
-    keys = ("tp", "pp", "ep", "dp", "micro_batch", "recompute")
-    out: dict[str, int] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        k, sep, v = item.partition("=")
-        k = k.strip().replace("-", "_")
-        if not sep or k not in keys:
-            raise BadInput(f"--parallel: {item!r} is not KEY=VALUE with KEY one of {', '.join(keys)}")
-        try:
-            out[k] = int(v)
-        except ValueError:
-            raise BadInput(f"--parallel: {k} must be an integer, got {v.strip()!r}") from None
-    return out
+    from ledger.kv import listed
+
+    return listed(text, "--parallel", ("tp", "pp", "ep", "dp", "micro_batch", "recompute"), convert=int,
+                  example="--parallel tp=2,pp=4")
 
 
 def plan(req: PlanRequest, ledger: Callable[[], Any] | None = None) -> PlanResult:

@@ -4,7 +4,7 @@ candidates are evaluated at once.
 Parameter counts follow the reference runner (``runners.moe.model.param_counts``): pre-norm blocks with
 4 D^2 attention weights and two norms, SwiGLU FFNs (3 D F), a router of D E per MoE layer, learned
 positions, an untied LM head. Sparsity S = 1 - top_k / experts; granularity G = ffn_hidden / expert width.
-Model FLOPs per token = 6 x active parameters + 12 x layers x hidden x sequence length (DESIGN.md).
+Model FLOPs per token: :func:`ledger.mfu.model_flops_per_token` of the active parameters.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from ledger.mfu import model_flops_per_token
 
 Array = NDArray[np.float64]
 
@@ -128,8 +130,8 @@ class Geometry:
 
     @property
     def flops_per_token(self) -> Array:
-        """Model FLOPs per token (DESIGN.md): 6 x active + 12 x layers x hidden x seq_len."""
-        return 6.0 * self.active_params + 12.0 * self.layers * self.hidden * self.seq_len
+        """Model FLOPs per token (:func:`ledger.mfu.model_flops_per_token`, DESIGN.md's definition)."""
+        return model_flops_per_token(self.active_params, self.layers, self.hidden, self.seq_len)
 
 
 def _plain(v: float) -> float | int:
@@ -144,18 +146,11 @@ def concat(parts: list[Geometry]) -> Geometry:
 def parse_spec(text: str, defaults: dict[str, float]) -> dict[str, float]:
     """``layers=32,hidden=4096,experts=64,top_k=4,granularity=2`` -> dict (over ``defaults``)."""
     from ledger.errors import BadInput
+    from ledger.kv import listed
 
-    out = dict(defaults)
-    valid = [f.name for f in fields(Geometry)]
-    for item in filter(None, (p.strip() for p in text.replace(";", ",").split(","))):
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in valid:
-            raise BadInput(f"--geometry: {item!r} is not KEY=VALUE with KEY one of {', '.join(valid)}")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            raise BadInput(f"--geometry: {key} must be a number, got {value.strip()!r}") from None
-        if not out[key] > 0 and key not in ("shared_experts",):
-            raise BadInput(f"--geometry: {key} must be > 0, got {value.strip()}")
-    return out
+    given = listed(text, "--geometry", [f.name for f in fields(Geometry)], convert=float,
+                   example="--geometry layers=32,hidden=4096,experts=64,top_k=4")
+    for key, value in given.items():
+        if not value > 0 and key != "shared_experts":
+            raise BadInput(f"--geometry: {key} must be > 0, got {value:g}")
+    return {**defaults, **given}

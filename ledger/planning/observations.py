@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ledger.mfu import model_flops_per_token
 from ledger.planning.fitting import Data
 from ledger.planning.geometry import Geometry
 from ledger.planning.hardware import Hardware, for_receipt
@@ -259,8 +260,8 @@ def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Har
     plan = Plan.of(tp=tp, pp=pp, ep=ep, dp=dp, micro_batch=mb, global_batch=gb, grouped=int(bool(grouped)),
                    precision=precision)
     active = m.get("active_params")
-    fpt = (6.0 * active + 12.0 * m["layers"] * m["hidden"] * need["sequence_length"]) if active else float(
-        geom.flops_per_token[0])
+    fpt = (model_flops_per_token(float(active), m["layers"], m["hidden"], need["sequence_length"]) if active
+           else float(geom.flops_per_token[0]))
     tokens = batch.get("tokens_per_step") or gb * need["sequence_length"]
     step_s: Any = need["step_time_s"]
     return PerfObs(r["id"], label(r), geom, plan, hw, float(step_s), float(fpt), float(tokens))
@@ -270,14 +271,14 @@ def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Har
 def goodput_from(ledger: Any, spec: str) -> tuple[float, str]:
     """Measured goodput of a logical run (REF: any attempt's id, prefix or name) or of a group
     (TAG=VALUE: productive time summed over its runs / their wall time summed). Returns (goodput, what)."""
-    from ledger.analyses.gates import group_runs
-    from ledger.analyses.goodput import goodput_of_run
+    from ledger.analyses.goodput_index import goodput_of_run
+    from ledger.analyses.groups import group_runs
     from ledger.errors import BadInput
     from ledger.store import index
-    from ledger.store.attempts import load_run
+    from ledger.store.attempts import logical_run
 
     with index.reader(ledger) as con:
-        runs = group_runs(con, spec) if "=" in spec else [load_run(con, spec)]
+        runs = group_runs(con, spec) if "=" in spec else [logical_run(con, spec)]
         measured = [goodput_of_run(con, run) for run in runs]
     wall = sum(g.wall_s for g in measured)
     if wall <= 0:

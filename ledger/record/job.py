@@ -37,12 +37,16 @@ from ledger.store.jobs import has_ended, job_dir, mark_ended, node_dir, node_dir
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
+    CAPTURED_DIR,
+    JSONL_SUFFIX,
     LOG_FILE,
     RUNTIME_FILE,
     STACK_FILE,
     STREAM_SUFFIX,
+    WORKLOAD_FILE,
     WRAPPER_FILE,
     WRAPPER_RANK_DIR,
+    rank_dir,
 )
 from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.publish import (
@@ -304,7 +308,8 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
             elif link.exists():
                 shutil.rmtree(link)
             link.symlink_to(Path(s.dir.name) / d.name, target_is_directory=True)
-    _merge_wrapper_rows(job, present, notes)
+    captured, capture_node = _pick_captures(job, present, notes)
+    _merge_wrapper_rows(job, present, notes, captured)
     _merge_logs(job, present)
     # wrapper facts: node 0's (else the lowest node's), started at the first node's start
     wrappers = [w for w in (read_json(s.dir / WRAPPER_FILE)[0] for s in present) if w]
@@ -314,9 +319,10 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
         if starts:
             first["started_at"] = min(starts, key=datetime.fromisoformat)
         write_json_atomic(job / WRAPPER_FILE, first)
-    for name in (ARGUMENTS_FILE, CAPTURE_FILE):  # node 0's (the lowest node's) launch arguments and capture
-        if present and (present[0].dir / name).exists():
-            shutil.copyfile(present[0].dir / name, job / name)
+    for name in (ARGUMENTS_FILE, CAPTURE_FILE):  # node 0's (the lowest node's) launch arguments; the capture
+        source = capture_node if name == CAPTURE_FILE and capture_node is not None else next(iter(present), None)
+        if source is not None and (source.dir / name).exists():  # facts of the node whose capture was kept
+            shutil.copyfile(source.dir / name, job / name)
     # every node's stack
     all_facts: dict[int, dict[str, Any]] = {}
     per_node: dict[int, tuple[Stack, dict[int, dict[str, Any]]]] = {}
@@ -358,14 +364,62 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
     return nodes
 
 
-def _merge_wrapper_rows(job: Path, present: list[NodeState], notes: list[tuple[str, str]]) -> None:
+def _pick_captures(job: Path, present: list[NodeState], notes: list[tuple[str, str]],
+                   ) -> tuple[dict[str, Any], NodeState | None]:
+    """What the nodes' zero-code captures (``node-<k>/captured/``) give the job: each metric table that no
+    rank of any node wrote, from the lowest node whose output gave it, and the workload when no rank set
+    one. Returns ({table name: table, "workload": path}, the node whose capture gave the steps (else any
+    table)). Every other node's capture of a table is left out, with a note saying so."""
+    ranks = [d for rank, d in rank_dirs(job) if rank >= 0]  # the job's wrapper/ may hold an earlier pick
+
+    def ranks_wrote(name: str) -> bool:
+        return any((d / f"{name}{suffix}").exists() and (d / f"{name}{suffix}").stat().st_size > 0
+                   for d in ranks for suffix in (STREAM_SUFFIX, JSONL_SUFFIX))
+
+    picked: dict[str, Any] = {}
+    source: dict[str, int] = {}
+    first: NodeState | None = None
+    has_workload = any((d / WORKLOAD_FILE).exists() for d in ranks)
+    for s in present:
+        root = s.dir / CAPTURED_DIR
+        if not root.is_dir():
+            continue
+        for name in TABLES:
+            table, problems = read_table(root, name)
+            notes += [(f"{s.dir.name}/{CAPTURED_DIR}/{p.source}", p.message) for p in problems]
+            if not table.num_rows:
+                continue
+            if ranks_wrote(name):
+                notes.append(("capture", f"node {s.node_rank}'s output also gave {table.num_rows} {name} row(s); "
+                                         "the ranks' own were kept"))
+            elif name in picked:
+                notes.append(("capture", f"node {s.node_rank}'s output also gave {table.num_rows} {name} row(s); "
+                                         f"node {source[name]}'s were kept"))
+            else:
+                picked[name], source[name] = table, s.node_rank
+                first = first or s
+        workload = rank_dir(root, 0) / WORKLOAD_FILE
+        if not has_workload and "workload" not in picked and workload.exists():
+            picked["workload"] = workload
+    by_rank = {s.node_rank: s for s in present}
+    steps_node = by_rank.get(source["steps"]) if "steps" in source else None
+    return picked, steps_node or first
+
+
+def _merge_wrapper_rows(job: Path, present: list[NodeState], notes: list[tuple[str, str]],
+                        captured: dict[str, Any] | None = None) -> None:
     """Rows the node wrappers wrote themselves (telemetry of each node), into the job's wrapper
-    directory, with each node's name in the telemetry's ``node`` column."""
+    directory, with each node's name in the telemetry's ``node`` column; with them the tables and the
+    workload picked from the nodes' captures (:func:`_pick_captures`)."""
+    captured = captured or {}
     target = job / WRAPPER_RANK_DIR
     if target.exists():
         shutil.rmtree(target)
+    if isinstance(captured.get("workload"), Path):
+        target.mkdir()
+        shutil.copyfile(captured["workload"], target / WORKLOAD_FILE)
     for name, schema in TABLES.items():
-        parts = []
+        parts = [captured[name]] if isinstance(captured.get(name), pa.Table) else []
         for s in present:
             if not (s.dir / WRAPPER_RANK_DIR).is_dir():
                 continue
@@ -402,22 +456,23 @@ def finish(ledger: Ledger, job: Job, node: Path, redact: Redact, err: IO[bytes])
     node 0 then waits for the others, assembles and publishes (returns the receipt); other nodes return
     None. Raises what :func:`publish` raises (the wrapper then points at `ledger recover`)."""
     from ledger.record.nodes import merge_runtime_nodes
+    from ledger.record.wrapper import say
 
     try:
         mark_ended(node)
     except OSError:
         if job.node_rank == 0:
             raise
-        _say(err, f"ledger: node {job.node_rank} of job {job.key}: the job was published without it "
+        say(err, f"ledger: node {job.node_rank} of job {job.key}: the job was published without it "
                   f"(node 0 waited {job.timeout_s:g} s); what it wrote since is not in the receipt")
         return None
     if job.node_rank != 0:
-        _say(err, f"ledger: node {job.node_rank} of job {job.key} staged in {node}; node 0 publishes the receipt")
+        say(err, f"ledger: node {job.node_rank} of job {job.key} staged in {node}; node 0 publishes the receipt")
         return None
     assert job.dir is not None
     others = job.nnodes - 1
     if others:
-        _say(err, f"ledger: node 0 of job {job.key}: waiting up to {job.timeout_s:g} s for {others} other node(s)")
+        say(err, f"ledger: node 0 of job {job.key}: waiting up to {job.timeout_s:g} s for {others} other node(s)")
     states = wait_for_nodes(job.dir, job.nnodes, job.timeout_s)
     try:
         try:
@@ -474,11 +529,3 @@ def _default_redactor() -> Redact:
     from ledger.redact import Redactor
 
     return Redactor(os.environ).text
-
-
-def _say(stream: IO[bytes], text: str) -> None:
-    try:
-        stream.write((text + "\n").encode())
-        stream.flush()
-    except (OSError, ValueError):
-        pass

@@ -15,12 +15,18 @@ Two sources, one per launch shape:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ledger.record.capture import merge_runtime
 from schemas import Factor, Hardware, NodeStack, Software, Stack
+from schemas.receipt import Gpu
+
+if TYPE_CHECKING:
+    from ledger.record.probe import ProbedNode
 
 MAX_PACKAGES_NAMED = 10
 
@@ -58,7 +64,55 @@ def node_stack(
         gpu_model=stack.hardware.gpu_model,
         gpu_count=stack.hardware.gpu_count if stack.hardware.gpu_count or stack.hardware.nvml else None,
         cpu_model=stack.hardware.cpu_model,
+        **hardware_summary(stack.hardware),
     )
+
+
+def _mixed(by_value: Mapping[str, list[int]]) -> str | None:
+    """One value, or 'mixed: A on GPUs 0, 1; B on GPU 2' when the GPUs of a node differ."""
+    if len(by_value) <= 1:
+        return next(iter(by_value), None)
+    return "mixed: " + "; ".join(f"{v} on GPU{'s' if len(ix) > 1 else ''} {', '.join(map(str, ix))}"
+                                 for v, ix in sorted(by_value.items()))
+
+
+def _gpu_clock(g: Gpu) -> str | None:
+    parts = []
+    if g.sm_clock_app_mhz is not None or g.sm_clock_max_mhz is not None:
+        sm = f"SM {g.sm_clock_app_mhz} MHz" if g.sm_clock_app_mhz is not None else "SM"
+        parts.append(sm + (f" (max {g.sm_clock_max_mhz})" if g.sm_clock_max_mhz is not None else ""))
+    if g.mem_clock_app_mhz is not None:
+        parts.append(f"memory {g.mem_clock_app_mhz} MHz")
+    return ", ".join(parts) or None
+
+
+def hardware_summary(hw: Hardware) -> dict[str, Any]:
+    """The node-level clocks, ECC and topology facts of one node's hardware (:class:`NodeStack` fields):
+    None wherever the node's probe could not tell (no NVML, no cpufreq)."""
+    clocks: dict[str, list[int]] = defaultdict(list)
+    ecc: dict[str, list[int]] = defaultdict(list)
+    for g in hw.gpus:
+        clock = _gpu_clock(g)
+        if clock:
+            clocks[clock].append(g.index)
+        if g.ecc_enabled is not None:
+            ecc["on" if g.ecc_enabled else "off"].append(g.index)
+    errors = [g.ecc_uncorrected for g in hw.gpus if g.ecc_uncorrected is not None]
+    kinds = Counter(pair.split(" ", 1)[1] for pair in hw.gpu_topology if " " in pair)
+    cpu = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in (
+        (hw.cpu_sockets, "socket"), (hw.numa_nodes, "NUMA node")) if n is not None]
+    if hw.threads_per_core is not None:
+        cpu.append(f"{hw.threads_per_core} thread{'s' if hw.threads_per_core != 1 else ''} per core")
+    return {
+        "gpu_clocks": _mixed(clocks),
+        "ecc": _mixed(ecc),
+        "ecc_errors": sum(errors) if errors else None,
+        "gpu_topology": "; ".join(f"{k} ({n} pair{'s' if n != 1 else ''})" for k, n in sorted(kinds.items()))
+        or None,
+        "cpu_topology": ", ".join(cpu) or None,
+        "cpu_governor": hw.cpu_governor,
+        "cpu_max_mhz": hw.cpu_max_mhz,
+    }
 
 
 def package_delta(software: Software, reference: Software) -> dict[str, str]:
@@ -78,18 +132,23 @@ def node_key(facts: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]]) -> tuple[Stack, list[str]]:
+def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]],
+                        probes: Mapping[str, ProbedNode] | None = None) -> tuple[Stack, list[str]]:
     """:func:`ledger.record.capture.merge_runtime`, plus ``stack.nodes`` when the ranks ran on several
-    nodes under one wrapper (``ledger record -- srun ...``): each node described from its ranks' runtime
-    facts, the launching node also from the wrapper's own probes. A stack that already lists its nodes
-    (a job staged by a wrapper per node) keeps them. Notes name the differences between nodes."""
+    nodes under one wrapper (``ledger record -- srun ...``): each node described from what `ledger probe`
+    captured on it (``probes``, by node name; :mod:`ledger.record.probe`) and its ranks' runtime facts, the
+    launching node also from the wrapper's own probes. A stack that already lists its nodes (a job staged
+    by a wrapper per node) keeps them. Notes name the differences between nodes."""
     merged, notes = merge_runtime(stack, facts_by_rank)
     if stack.nodes:
         return merged, notes
+    probes = probes or {}
     groups: dict[str, dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for rank, facts in facts_by_rank.items():
         if rank >= 0 and isinstance(facts, Mapping) and node_key(facts):
             groups[str(node_key(facts))][rank] = facts
+    for name in probes:
+        groups.setdefault(name, {})
     if len(groups) < 2:
         return merged, notes
     # the launching node by the name its ranks use: Slurm's node name when the wrapper saw one
@@ -97,17 +156,35 @@ def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, A
     nodes = []
     for name, group in groups.items():
         here = name == launching
-        base = stack if here else Stack(hardware=Hardware(hostname=name))
-        node, _ = merge_runtime(base, group)
+        probed = probes.get(name)
+        base = stack if here else probed.stack if probed else Stack(hardware=Hardware(hostname=name))
+        node, _ = merge_runtime(base, group) if group else (base, [])
         ids = {f.get("node_rank") for f in group.values()}
         node_rank = ids.pop() if len(ids) == 1 and isinstance(next(iter(ids), None), int) else None
-        detail = None if here else ("from its ranks' runtime facts (no wrapper on this node: GPU driver, "
-                                    "container, code and CPU not captured)")
+        if node_rank is None and probed is not None:
+            node_rank = probed.node_rank
+        if here:
+            detail = None
+        elif probed is not None:
+            detail = "probed on the node by `ledger probe`" + ("" if group else "; no rank reported runtime facts")
+        else:
+            detail = ("from its ranks' runtime facts (no wrapper or `ledger probe` on this node: GPU driver, "
+                      "container, code and CPU not captured)")
         nodes.append(node_stack(node, node_rank=node_rank, hostname=name, ranks=list(group), detail=detail,
                                 reference=merged.software))
-    nodes.sort(key=lambda n: (n.node_rank is None, n.node_rank or 0, min(n.ranks or (0,))))
-    merged = merged.model_copy(update={"nodes": tuple(nodes)})
+    nodes.sort(key=lambda n: (n.node_rank is None, n.node_rank or 0, min(n.ranks or (0,)), n.hostname or ""))
+    observed = set(merged.hardware.nodes_observed) | set(probes)
+    merged = merged.model_copy(update={"nodes": tuple(nodes), "hardware": merged.hardware.model_copy(
+        update={"nodes_observed": tuple(sorted(observed))})})
     return merged, notes + [f"nodes differ in {d}" for _, d in differences(nodes, merged.software)]
+
+
+def runtime_merge(run_dir: Path) -> Callable[[Stack, Mapping[int, Mapping[str, Any]]], tuple[Stack, list[str]]]:
+    """The runtime merge for publishing one staging directory: :func:`merge_runtime_nodes` with the node
+    probes `ledger probe` left in it."""
+    from ledger.record.probe import read_probes
+
+    return partial(merge_runtime_nodes, probes=read_probes(run_dir))
 
 
 # --------------------------------------------------------------------------------------- differences
@@ -126,6 +203,13 @@ _FACTS: tuple[tuple[str, Factor, Callable[[NodeStack], Any]], ...] = (
     ("GPU model", Factor.HARDWARE, lambda n: n.gpu_model),
     ("GPU count", Factor.HARDWARE, lambda n: n.gpu_count),
     ("CPU model", Factor.HARDWARE, lambda n: n.cpu_model),
+    ("GPU clocks", Factor.HARDWARE, lambda n: n.gpu_clocks),
+    ("ECC", Factor.HARDWARE, lambda n: n.ecc),
+    ("uncorrected ECC errors", Factor.HARDWARE, lambda n: n.ecc_errors),
+    ("GPU topology", Factor.HARDWARE, lambda n: n.gpu_topology),
+    ("CPU topology", Factor.HARDWARE, lambda n: n.cpu_topology),
+    ("CPU frequency governor", Factor.HARDWARE, lambda n: n.cpu_governor),
+    ("CPU max MHz", Factor.HARDWARE, lambda n: n.cpu_max_mhz),
 )
 """What must agree between the nodes of a job: (name, factor, how to read it from a node)."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ledger.record.nodes import merge_runtime_nodes
+from ledger.record.nodes import runtime_merge
 from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
 from ledger.store.jobs import is_job_dir
 from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
@@ -81,7 +81,7 @@ def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
             return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
         outcome = _outcome(run_dir)
         _capture_if_missing(run_dir, facts)
-        receipt = publish(ledger, run_dir, outcome, locked=True, runtime=merge_runtime_nodes)
+        receipt = publish(ledger, run_dir, outcome, locked=True, runtime=runtime_merge(run_dir))
         return Recovered(run_dir.name, "published", receipt.id)
     finally:
         os.close(fd)

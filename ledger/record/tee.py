@@ -6,10 +6,11 @@ Two kinds of thread:
 * one **pump** per stream: ``os.read`` of up to 1 MiB (the pipe enlarged to 1 MiB), written to the terminal
   as is, then appended to a shared **spool** cut at its last newline (a line longer than
   :data:`MAX_LINE` is cut into pieces), so that the two streams interleave line by line. No per-line work.
-* one **writer**: takes batches of up to 64 KiB of whole lines from the spool, redacts them
-  (:class:`ledger.redact.StreamRedactor`: a multi-line PEM block in one batch goes as a whole), appends them
-  to ``output.log`` and hands the batch's lines (each at most :data:`MAX_LINE` bytes) to an optional
-  ``consumer`` (log parsing).
+* one **writer**: takes batches of up to :data:`BATCH` bytes of whole lines from the spool, redacts them as
+  bytes (:meth:`ledger.redact.StreamRedactor.feed_bytes`: one RE2 scan finds the few lines where a rule may
+  match; a multi-line PEM block in one batch goes as a whole), appends them to ``output.log`` and hands the
+  same redacted batch to an optional ``consumer``: live log parsing
+  (:class:`ledger.ingest.formats.scan.LineCapture`), which so sees exactly what the log keeps.
 
 The spool is an anonymous temporary file used as a queue: the pumps never wait for the writer, memory stays
 bounded whatever the line length, and nothing unredacted is left behind when the wrapper dies (the file has
@@ -36,9 +37,9 @@ from typing import IO
 
 CHUNK = 1 << 20
 """Bytes per read of a pipe."""
-BATCH = 1 << 16
+BATCH = 1 << 18
 """Bytes per batch of the writer: regular expressions hold the GIL for a whole call, so the writer works in
-small batches and the pumps (hence the child) wait at most a few milliseconds for it."""
+batches that take it a few milliseconds, and the pumps (hence the child) wait at most that long."""
 MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
 DEFER_LIMIT = 1 << 30
@@ -47,9 +48,9 @@ DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
 _F_SETPIPE_SZ = 1031
 
-LineConsumer = Callable[[list[bytes]], None]
-"""Receives the complete lines of a batch (without their newline, each at most MAX_LINE bytes, unredacted),
-from the writer thread: slow parsing delays the log, never the child."""
+LineConsumer = Callable[[bytes], None]
+"""Receives each batch of complete lines as written to the log (redacted, newlines included, a line at most
+MAX_LINE bytes), from the writer thread: slow parsing delays the log, never the child."""
 
 
 class _Spool:
@@ -105,10 +106,11 @@ class _Spool:
 class Tee:
     """Copies the child's two streams (see the module docs)."""
 
-    def __init__(self, log_path: Path, redact: Callable[[str], str], outputs: tuple[IO[bytes], IO[bytes]],
+    def __init__(self, log_path: Path, redact: Callable[[bytes], bytes], outputs: tuple[IO[bytes], IO[bytes]],
                  consumer: LineConsumer | None = None) -> None:
         """``redact``: applied to each batch of whole lines (a :class:`ledger.redact.StreamRedactor`'s
-        ``feed``); ``outputs``: the terminal's stdout and stderr; ``consumer``: see :data:`LineConsumer`."""
+        ``feed_bytes``); ``outputs``: the terminal's stdout and stderr; ``consumer``: see
+        :data:`LineConsumer`."""
         self.log = open(log_path, "ab")
         self.redact = redact
         self.outputs = outputs
@@ -182,17 +184,17 @@ class Tee:
             self._batch(pending)
 
     def _batch(self, batch: bytes) -> None:
+        text = self.redact(batch)
         if self.consumer is not None:
             try:
-                self.consumer([line[:MAX_LINE] for line in batch.splitlines()])
+                self.consumer(text)
             except Exception as exc:  # a parser's bug never stops the log
                 self.error = self.error or f"output.log: line consumer failed: {type(exc).__name__}: {exc}"
                 self.consumer = None
-        if self.error is not None and self.log.closed:
+        if self.log.closed:
             return
         try:
-            text = self.redact(batch.decode("utf-8", "replace"))
-            self.log.write(text.encode("utf-8", "replace"))
+            self.log.write(text)
         except OSError as exc:  # a full disk must never stall the child's output
             self.error = f"output.log: writing stopped: {exc.strerror or exc}"
             with contextlib.suppress(OSError):

@@ -5,7 +5,8 @@ energy counters cover the whole run) and writes rows of the ``telemetry`` table 
 :class:`ledger.sdk.Run`. Devices, one row each per sample:
 
 - ``gpu<i>`` (NVML index ``i``): power (W), the cumulative energy counter (J, from
-  ``nvmlDeviceGetTotalEnergyConsumption``; Volta and later), utilisation (0..1), memory used (bytes);
+  ``nvmlDeviceGetTotalEnergyConsumption``; Volta and later), utilisation (0..1), memory used (bytes), SM and
+  memory clocks (MHz), temperature (C), and the volatile corrected / uncorrected ECC error counts;
 - ``cpu-package-<n>``: the RAPL package energy counter (``/sys/class/powercap/intel-rapl:<n>``), unwrapped
   into a monotonic counter (J), and the power between two samples (W); skipped when unreadable (recent
   kernels let only root read it);
@@ -176,7 +177,16 @@ class _Gpus:
         "energy_j": lambda nv, h: nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0,
         "utilization": lambda nv, h: nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0,
         "memory_bytes": lambda nv, h: int(nv.nvmlDeviceGetMemoryInfo(h).used),
+        "sm_clock_mhz": lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        "memory_clock_mhz": lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+        "temperature_c": lambda nv, h: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        "ecc_corrected": lambda nv, h: int(nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)),
+        "ecc_uncorrected": lambda nv, h: int(nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
     }
+    """Each reading (NVML call) of a GPU sample; ECC counts are NVML's volatile totals (since the driver
+    loaded), so a rise during a run is that run's errors."""
 
     def __init__(self, nvml: Any, handles: list[tuple[int, Any]]) -> None:
         self.nvml = nvml

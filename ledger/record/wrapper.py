@@ -192,7 +192,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     outputs = (opts.stdout or sys.stdout.buffer, err)
-    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed, outputs)
+    live = launch.live_capture(opts.parse)  # the output's metric lines, parsed as the log is written
+    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs, consumer=live.feed)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
     fault("running")
@@ -214,7 +215,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     from ledger.ingest.live import augment
 
     notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
-    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard))
+    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard),
+                             live=live if tee.consumer is not None else None)  # a failed parser: read the log
     with contextlib.suppress(OSError):  # published as problems of the receipt
         add_problems(run_dir, notes)
     capture.join(timeout=60)
@@ -222,7 +224,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     outcome = outcome_of(returncode, forwarded, ended)
     exit_code, status = outcome.exit_code or 0, outcome.status
     try:
-        from ledger.record.nodes import merge_runtime_nodes
+        from ledger.record.nodes import runtime_merge
 
         if job is not None:  # node 0 publishes the job once every node ended; the others stop here
             from ledger.record.job import finish
@@ -233,18 +235,19 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
                 return RecordResult(None, exit_code, run_dir)
             receipt = job_receipt
         else:
-            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True, runtime=merge_runtime_nodes)
+            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
+                              runtime=runtime_merge(run_dir))
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
         os.close(lock_fd)
         source = "" if staging == ledger.staging else f" --from {staging}"
-        _say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
+        say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
                   f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
         return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
     os.close(lock_fd)
     fault("indexing")
     try_sync(ledger)
-    _say(err, f"ledger: {captured}")
-    _say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    say(err, f"ledger: {captured}")
+    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)
 
 
@@ -274,11 +277,13 @@ def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
     except LedgerNotWritable as exc:
         fallback = Path(tempfile.gettempdir()) / "ledger-staging"
         fallback.mkdir(parents=True, exist_ok=True)
-        _say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
+        say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
         return fallback
 
 
-def _say(stream: IO[bytes], text: str) -> None:
+def say(stream: IO[bytes], text: str) -> None:
+    """A line of the wrapper's own (``ledger: ...``) on the launch's stderr; never raises: a closed or broken
+    stream must not fail a run that trained."""
     try:
         stream.write((text + "\n").encode())
         stream.flush()

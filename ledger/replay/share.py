@@ -1,89 +1,250 @@
-"""Sharing a ledger through DVC: `ledger push` snapshots the ledger directory with `dvc add` and pushes it
-to a DVC remote; `ledger pull` fetches it and reindexes. DVC runs as a subprocess (the `dvc` extra), so the
-CLI never imports it. The derived index and runs in progress are never shared (a .dvcignore in the ledger).
+"""Sharing a ledger through a remote (S3 or any other DVC remote, or a URL): receipt by receipt.
+
+A receipt is immutable and content-addressed, so a remote is a set of receipts that only grows::
+
+    <remote>/receipts/<id>/receipt.json, <table>.parquet, output.log   the receipt's files
+    <remote>/ids/<id>                                                  empty: "<id> is complete here"
+
+`push` lists ``ids/`` (one request per 1,000 receipts on S3), uploads the files of each local receipt that
+is not listed, and writes its ``ids/<id>`` marker only after its files: a push cut short leaves files
+without a marker, which the next push uploads again. Two clones pushing at once write disjoint keys, or the
+same bytes under the same key, so nothing is lost and nothing needs merging. `pull` lists ``ids/``, fetches
+the receipts it does not hold into a temporary directory inside the ledger, verifies each against its own
+digests and publishes it with one rename (a damaged one is reported and left out).
+
+Where the remote is: a DVC remote of the repository that holds the ledger (``dvc remote add -d team
+s3://bucket/ledger``; the default one unless named; an S3-compatible store takes ``dvc remote modify team
+endpointurl URL``), or a URL (``s3://bucket/prefix``, a local path). Credentials come from the environment
+and the AWS configuration, as DVC and boto find them; nothing here writes them anywhere. The DVC extra
+(``dvc``, ``dvc-s3``) is imported by these functions only, never by the CLI at start-up.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ledger.errors import BadInput, LedgerError, MissingExtra
+from ledger.store.layout import ID_RE, RECEIPT_FILE, TMP_PREFIX
 from ledger.store.receipts import Ledger
 
-IGNORED = ("index.duckdb", "index.duckdb.*", ".staging/", ".tmp-*")
-"""Inside a ledger, never shared: the derived index, runs in progress, publishes in progress."""
+RECEIPTS = "receipts"
+"""On the remote: one folder of files per receipt."""
+IDS = "ids"
+"""On the remote: one empty marker per complete receipt (written after its files)."""
+
+
+@dataclass
+class Remote:
+    """A remote's file system (fsspec) and the path of the ledger on it."""
+
+    fs: Any
+    base: str
+    label: str
+
+    def receipt(self, receipt_id: str) -> str:
+        return f"{self.base}/{RECEIPTS}/{receipt_id}"
+
+    def marker(self, receipt_id: str) -> str:
+        return f"{self.base}/{IDS}/{receipt_id}"
 
 
 @dataclass
 class Shared:
     """What a push or pull did."""
 
-    pointer: Path
-    message: str
+    moved: list[str] = field(default_factory=list)
+    """Receipts uploaded (push) or fetched and published (pull)."""
+    already: int = 0
+    """Receipts the other side held already (not moved)."""
+    damaged: dict[str, str] = field(default_factory=dict)
+    """Receipts left out, with the reason (damaged locally for a push, on the remote for a pull)."""
+    message: str = ""
 
 
-def _dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("dvc")
-    if exe is None:
-        raise MissingExtra("dvc", "dvc")
-    return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
+def _is_url(remote: str) -> bool:
+    return "://" in remote or remote.startswith(("/", "./", "../"))
 
 
 def _repo_root(path: Path) -> Path:
     for candidate in [path.resolve(), *path.resolve().parents]:
         if (candidate / ".dvc").is_dir():
             return candidate
-    raise BadInput(f"no DVC repository contains {path}: run `dvc init` in your git repository and add a remote "
-                   "with `dvc remote add -d NAME URL`")
+    raise BadInput(f"no DVC repository contains {path}: run `dvc init` and `dvc remote add -d NAME URL` "
+                   "in the repository that holds the ledger, or give the remote as a URL (--remote s3://...)")
 
 
-def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"exit status {proc.returncode}"
+def resolve(ledger: Ledger, remote: str | None) -> Remote:
+    """The remote named (a DVC remote or a URL), else the default DVC remote of the ledger's repository."""
+    if remote and _is_url(remote):
+        from fsspec.core import url_to_fs
+
+        try:
+            fs, base = url_to_fs(remote)
+        except ImportError as exc:
+            raise MissingExtra("s3fs", "dvc") from exc
+        return Remote(_local_mkdirs(fs), str(base).rstrip("/"), remote)
+    root = _repo_root(ledger.root if ledger.root.exists() else ledger.root.parent)
+    try:
+        from dvc.exceptions import DvcException
+        from dvc.repo import Repo
+    except ImportError as exc:
+        raise MissingExtra("dvc", "dvc") from exc
+    try:
+        with Repo(str(root)) as repo:
+            found = repo.cloud.get_remote(remote)
+            base = str(found.path).rstrip("/")
+            if found.fs.protocol == "local":  # a directory (or a mount): fsspec's own local file system
+                from fsspec.implementations.local import LocalFileSystem
+
+                fs = LocalFileSystem()
+            else:
+                fs = found.fs.fs  # the fsspec file system under DVC's wrapper (s3fs for s3://)
+    except ImportError as exc:  # dvc-s3 and friends: DVC names the plugin in its own message
+        raise MissingExtra(str(exc.name or "dvc-s3"), "dvc") from exc
+    except DvcException as exc:
+        raise BadInput(f"DVC remote {remote or '(default)'}: {exc}; add one with `dvc remote add -d NAME URL`") \
+            from exc
+    except Exception as exc:  # the backend's own configuration errors (botocore, ...)
+        raise LedgerError(f"DVC remote {remote or '(default)'} cannot be opened: {_first_line(exc)}") from exc
+    return Remote(_local_mkdirs(fs), base, f"DVC remote {remote}" if remote else "the default DVC remote")
 
 
-def _ignore(repo: Path, ledger_root: Path) -> None:
-    """Add the ledger's never-shared paths to the repository's .dvcignore (DVC refuses one inside the
-    tracked directory)."""
-    prefix = ledger_root.resolve().relative_to(repo).as_posix()
-    path = repo / ".dvcignore"
-    lines = path.read_text().splitlines() if path.exists() else []
-    wanted = [f"/{prefix}/{pattern}" for pattern in IGNORED]
-    missing = [w for w in wanted if w not in lines]
-    if missing:
-        path.write_text("\n".join([*lines, *missing]) + "\n")
+def _local_mkdirs(fs: Any) -> Any:
+    """A local remote needs its folders made; object stores have none."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        fs.auto_mkdir = True
+    return fs
+
+
+def remote_ids(remote: Remote) -> set[str]:
+    """Ids of the complete receipts on the remote (one listing of its markers)."""
+    remote.fs.invalidate_cache()
+    try:
+        names = remote.fs.ls(f"{remote.base}/{IDS}", detail=False)
+    except FileNotFoundError:
+        return set()
+    ids = (str(n).rstrip("/").rsplit("/", 1)[-1] for n in names)
+    return {i for i in ids if ID_RE.match(i)}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _fail(action: str, remote: Remote, exc: Exception) -> LedgerError:
+    return LedgerError(f"{action} {remote.label} failed: {_first_line(exc)}; the local ledger is untouched")
+
+
+def _files(ledger: Ledger, receipt_id: str) -> list[Path]:
+    directory = ledger.path(receipt_id)
+    return sorted(p for p in directory.iterdir() if p.is_file())
 
 
 def push(ledger: Ledger, remote: str | None = None) -> Shared:
-    """Snapshot the ledger (`dvc add`) and push it; an unreachable remote leaves the ledger untouched."""
+    """Upload the receipts the remote does not hold (each verified first; a damaged one is left out)."""
+    from ledger.store.integrity import verify_receipt
+
     if not ledger.root.is_dir():
         raise BadInput(f"no ledger at {ledger.root}")
-    root = _repo_root(ledger.root)
-    _ignore(root, ledger.root)
-    added = _dvc(["add", "--quiet", str(ledger.root.resolve())], root)
-    if added.returncode != 0:
-        raise LedgerError(f"dvc add {ledger.root} failed: {_last_line(added)}")
-    pointer = ledger.root.with_name(ledger.root.name + ".dvc")
-    pushed = _dvc(["push", "--quiet", *(["-r", remote] if remote else []), str(pointer.resolve())], root)
-    if pushed.returncode != 0:
-        raise LedgerError(f"dvc push to {remote or 'the default remote'} failed: {_last_line(pushed)}; "
-                          "the local ledger is untouched")
-    return Shared(pointer, f"pushed {ledger.root}; commit {pointer.name} (git add {pointer} && git commit) "
-                           "so that others can `ledger pull`")
+    where = resolve(ledger, remote)
+    try:
+        there = remote_ids(where)
+    except Exception as exc:  # every backend raises its own types (OSError, botocore, aiohttp...)
+        raise _fail("listing", where, exc) from exc
+    result = Shared()
+    local = ledger.ids()
+    todo = [i for i in local if i not in there]
+    result.already = len(local) - len(todo)
+    sources: list[str] = []
+    targets: list[str] = []
+    for receipt_id in todo:
+        findings = verify_receipt(ledger, receipt_id)
+        if findings:
+            result.damaged[receipt_id] = str(findings[0])
+            continue
+        for path in _files(ledger, receipt_id):
+            sources.append(str(path))
+            targets.append(f"{where.receipt(receipt_id)}/{path.name}")
+        result.moved.append(receipt_id)
+    try:
+        if sources:
+            where.fs.put(sources, targets)
+        for receipt_id in result.moved:  # a receipt counts as pushed once its files are all there
+            where.fs.pipe_file(where.marker(receipt_id), b"")
+    except Exception as exc:
+        raise _fail("push to", where, exc) from exc
+    result.message = (f"pushed {len(result.moved)} receipt(s) to {where.label} ({result.already} already there)"
+                      + _damaged_note(result, "locally"))
+    return result
+
+
+def _damaged_note(result: Shared, where: str) -> str:
+    if not result.damaged:
+        return ""
+    first = next(iter(result.damaged.values()))
+    return f"; {len(result.damaged)} damaged {where} and left out ({first}; run `ledger verify`)"
 
 
 def pull(ledger: Ledger, remote: str | None = None) -> Shared:
-    """Fetch the ledger snapshot named by <ledger>.dvc from the remote."""
-    pointer = ledger.root.with_name(ledger.root.name + ".dvc")
-    if not pointer.is_file():
-        raise BadInput(f"{pointer} not found: pull needs the pointer file that `ledger push` created "
-                       "(commit it to git on the pushing side)")
-    root = _repo_root(pointer.parent)
-    pulled = _dvc(["pull", "--quiet", *(["-r", remote] if remote else []), str(pointer.resolve())], root)
-    if pulled.returncode != 0:
-        raise LedgerError(f"dvc pull from {remote or 'the default remote'} failed: {_last_line(pulled)}; "
-                          "the local ledger is untouched")
-    return Shared(pointer, f"pulled {ledger.root}")
+    """Fetch the receipts this ledger does not hold; each is verified before it is published here."""
+    from ledger.store.integrity import verify_receipt
+
+    where = resolve(ledger, remote)
+    try:
+        there = remote_ids(where)
+    except Exception as exc:
+        raise _fail("listing", where, exc) from exc
+    result = Shared()
+    here = set(ledger.ids())
+    todo = sorted(there - here)
+    result.already = len(there) - len(todo)
+    if not todo:
+        result.message = f"pulled 0 receipt(s) from {where.label} ({result.already} already here)"
+        return result
+    ledger.root.mkdir(parents=True, exist_ok=True)
+    landing = Ledger(ledger.root / f"{TMP_PREFIX}pull-{uuid.uuid4().hex[:12]}")
+    try:
+        sources: list[str] = []
+        targets: list[str] = []
+        try:
+            for receipt_id in todo:
+                directory = landing.path(receipt_id)
+                directory.mkdir(parents=True)
+                for name in where.fs.ls(where.receipt(receipt_id), detail=False):
+                    sources.append(str(name))
+                    targets.append(str(directory / str(name).rstrip("/").rsplit("/", 1)[-1]))
+            if sources:
+                where.fs.get(sources, targets)
+        except Exception as exc:
+            raise _fail("pull from", where, exc) from exc
+        for receipt_id in todo:
+            findings = verify_receipt(landing, receipt_id)
+            if findings or not (landing.path(receipt_id) / RECEIPT_FILE).is_file():
+                result.damaged[receipt_id] = str(findings[0]) if findings else f"{receipt_id[:12]}: no {RECEIPT_FILE}"
+                continue
+            _place(landing.path(receipt_id), ledger.path(receipt_id))
+            result.moved.append(receipt_id)
+    finally:
+        shutil.rmtree(landing.root, ignore_errors=True)
+    result.message = (f"pulled {len(result.moved)} receipt(s) from {where.label} ({result.already} already here)"
+                      + _damaged_note(result, "on the remote"))
+    return result
+
+
+def _place(source: Path, target: Path) -> None:
+    """Publish a verified receipt directory with one rename (as a local publish does)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(source, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+        # published meanwhile by another pull or a local run: the same content, by its id

@@ -1,4 +1,4 @@
-"""Renderings of a comparison: terminal (rich), Markdown for a review, one self-contained HTML page.
+"""Every rendering: the terminal (rich), Markdown for a review, self-contained HTML, SVG, the web view.
 
     terminal   ``ledger compare`` on a terminal
     markdown   ``ledger compare --markdown``
@@ -9,6 +9,9 @@
     fmt        number formatting shared by all of them
     plan       ``ledger fit law``, ``ledger fit perf`` and ``ledger plan`` on a terminal
     plan_svg   ``ledger plan --plot FILE``: predicted loss against sparsity
+    safe       user text made safe for each place it is rendered (terminal, Markdown, HTML, SVG)
+    watch      ``ledger watch REF``: the live steps of a run in progress
+    web/       ``ledger serve``: the local, read-only web view (Starlette, Plotly)
 
 Nothing here computes a statistic: every figure comes from :mod:`ledger.analyses` (the HTML page takes the
 sides' goodputs as input).

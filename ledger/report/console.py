@@ -6,10 +6,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -17,7 +15,9 @@ from ledger.errors import BadInput
 from ledger.report import fmt
 from ledger.report.safe import markup, terminal
 
-if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models
+if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models, nor Arrow
+    import pyarrow as pa
+
     from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
@@ -183,6 +183,8 @@ def arrow_table(table: pa.Table) -> None:
 @contextmanager
 def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar fed with (done, total); silent when not on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=Console(stderr=True), transient=True, disable=not console.is_terminal)
     task = bar.add_task(label, total=None)
@@ -203,6 +205,13 @@ def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any)
                 n.torch, n.drivers.nccl, n.drivers.gpu_driver, (n.packages_digest or "")[:12] or None,
                 (n.container_digest or "")[:19] or None, code or None,
                 f"{n.gpu_count}x {n.gpu_model}" if n.gpu_model else n.gpu_count)))
+        console.print(table)
+        table = Table("node", "GPU clocks", "ECC", "GPU topology", "CPU topology", "CPU governor", "CPU max MHz",
+                      title="node hardware (probed on each node where available)", title_justify="left")
+        for n in r.stack.nodes:
+            ecc = n.ecc if n.ecc is None or n.ecc_errors is None else f"{n.ecc}, {n.ecc_errors} uncorrected errors"
+            table.add_row(_fmt(n.node_rank), *(_fmt(v) if v is not None else "not available" for v in (
+                n.gpu_clocks, ecc, n.gpu_topology, n.cpu_topology, n.cpu_governor, n.cpu_max_mhz)))
         console.print(table)
         for n in r.stack.nodes:
             if n.detail:

@@ -23,6 +23,7 @@ COLOURS = {
     "data_loading": "#00838f",
     "downtime": "#9e9e9e",
     "other": "#e0e0e0",
+    "straggler_wait": "#8d6e63",
 }
 _STATUS_COLOURS = {"succeeded": "#c8e6c9", "failed": "#ffcdd2", "interrupted": "#ffe0b2", "imported": "#e1f5fe"}
 
@@ -63,7 +64,7 @@ def timeline_svg(g: Goodput, width: int = 960, span_s: float | None = None) -> s
     lx: float = left
     ly: float = legend_y
     shares = g.shares()
-    for key in ("productive", *BUCKETS):
+    for key in ("productive", *BUCKETS, *(k for k in g.buckets if k not in BUCKETS)):
         value = g.goodput if key == "productive" else shares.get(key, 0.0)
         label = f"{key.replace('_', ' ')} {_pct(value)}"
         entry_w = 14 + 6.5 * len(label) + 12
@@ -133,7 +134,7 @@ def timeline_svg(g: Goodput, width: int = 960, span_s: float | None = None) -> s
         out.append(f'<line x1="{x(sec):.2f}" y1="{axis_y}" x2="{x(sec):.2f}" y2="{axis_y + 4}" stroke="#333"/>')
         out.append(f'<text x="{x(sec):.2f}" y="{axis_y + 16}" text-anchor="middle">{e(_s(sec))}</text>')
     for lx, ly, key, label in legend:
-        out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{COLOURS[key]}"/>')
+        out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{COLOURS.get(key, "#bdbdbd")}"/>')
         out.append(f'<text x="{lx + 14}" y="{ly + 9}">{e(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)

@@ -23,7 +23,7 @@ from ledger.analyses.curves import difference, smooth
 from ledger.analyses.diff import summarize_change
 from ledger.analyses.goodput import Goodput
 from ledger.analyses.matched import curve
-from ledger.analyses.series import Columns, RunData, layers_of, routing_matrix
+from ledger.analyses.series import HEATMAP_LAYERS, Columns, RunData, imbalanced_layers, layers_of, routing_matrices
 from ledger.report import fmt, svg
 from ledger.report.goodput import timeline_svg
 from ledger.report.safe import xml
@@ -175,6 +175,7 @@ def _plots(c: Comparison, heatmaps: Mapping[str, Mapping[int, Columns]]) -> str:
              f'{100 * SMOOTH_SHARE:g}% of each run\'s points)</label><div class="plots">']
     parts += [f"<figure>{fig}<figcaption>{_e(cap)}</figcaption></figure>" for fig, cap in figs]
     parts.append('</div><h3>Routing: load per expert over steps, per MoE layer (1x = the mean load)</h3>'
+                 f'<p class="note">At most {HEATMAP_LAYERS} layers per run: those of highest mean load CV.</p>'
                  '<div class="plots">')
     shown = False
     for side, runs in (("A", c.runs_a), ("B", c.runs_b)):
@@ -369,7 +370,7 @@ def report(con: duckdb.DuckDBPyConnection, c: Comparison, goodputs: Mapping[str,
     for runs in (c.runs_a, c.runs_b):
         if runs:
             r = runs[0]
-            heatmaps[r.id] = {layer: routing_matrix(con, r.id, layer, max_bins) for layer in layers_of(r)}
+            heatmaps[r.id] = routing_matrices(con, r.id, max_bins, imbalanced_layers(con, r.id))
     return render(c, heatmaps, timelines_of(goodputs or {}), nodes_and_stragglers(con, c))
 
 
@@ -384,8 +385,8 @@ def nodes_and_stragglers(con: duckdb.DuckDBPyConnection, c: Comparison) -> str:
         if not runs:
             continue
         r = runs[0]
-        timing = con.execute("SELECT rank, step, phase, seconds FROM timing WHERE receipt_id = ?",
-                             [r.id]).to_arrow_table()
+        timing = con.sql("SELECT rank, step, phase, seconds FROM timing WHERE receipt_id = ?",
+                         params=[r.id]).to_arrow_table()
         s = stragglers(timing, r.receipt.stack.nodes)
         if len(s.ranks) < 2:
             continue

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from ledger.errors import DamagedReceipt, LedgerError
-from ledger.store.integrity import Finding, verify_receipt
 from ledger.store.layout import INDEX
 from ledger.store.receipts import Ledger, parse_receipt
-from schemas.tables import TABLES
+
+if TYPE_CHECKING:  # `ledger ls` runs listing_findings and must not load Arrow or the models
+    from ledger.store.integrity import Finding
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[object],
@@ -30,6 +32,10 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[objec
 
 def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
     """Where the index disagrees with one intact receipt's files (its summary row, each metric table)."""
+    from ledger.store.integrity import Finding
+    from ledger.store.routing import parquet_source
+    from schemas.tables import TABLES
+
     findings = []
     try:
         receipt = parse_receipt(ledger.read_raw(receipt_id), ledger.path(receipt_id) / "receipt.json")
@@ -55,8 +61,9 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             if artifact is None or not artifact.rows:
                 truth: tuple[object, ...] = (0, *([None] * len(columns)))
             else:
-                path = str(ledger.path(receipt_id) / artifact.path)
-                truth = _fingerprint(files, "read_parquet(?)", [path], columns)
+                path = ledger.path(receipt_id) / artifact.path
+                source = parquet_source(path) if name == "routing" else "read_parquet(?)"
+                truth = _fingerprint(files, source, [str(path)], columns)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
                                         f"{truth[0]} in {name}.parquet"
@@ -69,6 +76,8 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
 
 def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> list[Finding]:
     """Where the index disagrees with the files, over ``ids`` (intact receipts only) and the damaged list."""
+    from ledger.store.integrity import Finding, verify_receipt
+
     findings = []
     for receipt_id in ids:
         if not verify_receipt(ledger, receipt_id):
@@ -80,9 +89,48 @@ def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable
     return findings
 
 
+def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, str]:
+    """The cheap check of `ledger ls`, for the receipts it lists: those whose ``receipt.json`` is gone or no
+    longer says what their index row says, or one of whose files is gone or has another size than the
+    receipt records (a changed byte of the same size is found by the digests of ``ledger verify``).
+    Returns id -> what disagrees."""
+    wanted = list(dict.fromkeys(ids))
+    rows = dict(con.execute("SELECT id, receipt FROM receipts WHERE list_contains(?, id)", [wanted]).fetchall())
+    out: dict[str, str] = {}
+    for receipt_id in wanted:
+        if receipt_id not in rows:
+            continue
+        indexed = json.loads(rows[receipt_id])
+        try:
+            raw = ledger.read_raw(receipt_id)
+        except LedgerError as exc:
+            out[receipt_id] = str(exc).split(";")[0]
+            continue
+        if raw != indexed:  # an older schema's file is migrated and validated before it is compared
+            try:
+                same = parse_receipt(raw, ledger.path(receipt_id) / "receipt.json").model_dump(mode="json") == indexed
+            except LedgerError:
+                same = False
+            if not same:
+                out[receipt_id] = "receipt.json differs from its row in the index"
+                continue
+        for artifact in indexed.get("artifacts") or ():
+            try:
+                size = (ledger.path(receipt_id) / artifact["path"]).stat().st_size
+            except OSError:
+                out[receipt_id] = f"{artifact['path']} is gone"
+                break
+            if size != artifact.get("bytes"):
+                out[receipt_id] = f"{artifact['path']} has changed ({size} bytes; the receipt says {artifact['bytes']})"
+                break
+    return out
+
+
 def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
     """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
     :class:`DamagedReceipt` naming what disagrees."""
+    from ledger.store.integrity import verify_receipt
+
     for receipt_id in dict.fromkeys(ids):
         findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id)
         if findings:

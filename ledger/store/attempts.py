@@ -5,7 +5,7 @@ Every later attempt's ``links.attempt_of`` is the id of the *first* attempt (``l
 receipt whose ``attempt_of`` is its id — one indexed query.
 
     with index.reader(ledger) as con:
-        run = load_run(con, "baseline")        # any attempt's id, prefix or name
+        run = logical_run(con, "baseline")     # any attempt's id, prefix or name
         run.attempts                           # receipts in attempt order, checked
 
 Checks (each a :class:`~ledger.errors.BadInput` naming the receipts): attempts that overlap in time
@@ -95,7 +95,7 @@ def load_receipts(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[st
     return {str(i): Receipt.model_validate_json(text) for i, text in rows}
 
 
-def load_run(con: duckdb.DuckDBPyConnection, ref: str) -> LogicalRun:
+def logical_run(con: duckdb.DuckDBPyConnection, ref: str) -> LogicalRun:
     """The logical run that the receipt ``ref`` (id, prefix or name; any attempt) belongs to, checked."""
     return run_of(con, resolve(con, ref))
 
@@ -205,7 +205,7 @@ __all__ = [
     "check_attempts",
     "is_resume",
     "load_receipts",
-    "load_run",
+    "logical_run",
     "root_of",
     "run_of",
     "unix",

@@ -1,6 +1,7 @@
 """Fault injection for the crash-matrix tests: ``LEDGER_FAULT_AT=<phase>`` makes the wrapper SIGKILL
 itself when it reaches that phase. Phases, in order: prelaunch, launched, running, finalizing,
-publishing (receipt built, not yet visible), published (visible, staging not yet removed), indexing."""
+publishing (receipt built, not yet visible), published (visible, staging not yet removed), indexing; and
+``exporting``: `ledger export` with its metric tables written, its receipts table not yet."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import signal
 
 FAULT_ENV = "LEDGER_FAULT_AT"
-PHASES = ("prelaunch", "launched", "running", "finalizing", "publishing", "published", "indexing")
+PHASES = ("prelaunch", "launched", "running", "finalizing", "publishing", "published", "indexing", "exporting")
 
 
 def fault(phase: str) -> None:

@@ -18,18 +18,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from ledger.errors import IndexBusy, LedgerError
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.receipts import Ledger
-from schemas.tables import TABLES
+from ledger.store.routing import STEP_SUMMARY_DDL, index_step_summary, parquet_source
 
-INDEX_VERSION = 2
-"""Bump when the index layout changes: an index of another version is rebuilt on open."""
+if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`ledger ls` starts fast)
+    import pyarrow as pa
+
+INDEX_VERSION = 4
+"""Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
+and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last).
+(4: routing as a row per (rank, step, layer) with lists of counts, its per-(step, layer) summary
+``routing_steps``, and the ``routing_experts`` view.)"""
+
+ROUTING_EXPERTS_VIEW = """
+CREATE OR REPLACE VIEW routing_experts AS
+SELECT receipt_id, rank, step, layer, unnest(range(len(tokens)))::INTEGER AS expert, unnest(tokens) AS tokens,
+       unnest(dropped) AS dropped, capacity, entropy
+FROM routing
+"""
+"""The routing table as a row per expert (the layout of receipts before index version 4), for ad-hoc queries."""
 
 _RECEIPT_COLUMNS: dict[str, str] = {
     "id": "VARCHAR PRIMARY KEY",
@@ -149,13 +162,27 @@ def _connect(path: Path, timeout: float, read_only: bool = False) -> duckdb.Duck
             delay = min(delay * 2, 0.25)
 
 
+def _version(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The layout version an index was built with (None for a new or unfinished one)."""
+    try:
+        row = con.execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()
+    except duckdb.CatalogException:
+        return None
+    return str(row[0]) if row is not None else None
+
+
 def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute("CREATE TABLE IF NOT EXISTS index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    row = con.execute("SELECT value FROM index_meta WHERE key = 'version'").fetchone()
-    if row is not None and row[0] != str(INDEX_VERSION):
+    """Create the index's tables, unless it already has this version's (then nothing is written)."""
+    version = _version(con)
+    if version == str(INDEX_VERSION):
+        return
+    import pyarrow as pa
+
+    from schemas.tables import TABLES
+
+    if version is not None:
         _drop_all(con)
-        con.execute("CREATE TABLE index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    con.execute("INSERT OR REPLACE INTO index_meta VALUES ('version', ?)", [str(INDEX_VERSION)])
+    con.execute("CREATE TABLE IF NOT EXISTS index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     columns = ", ".join(f'"{k}" {v}' for k, v in _RECEIPT_COLUMNS.items())
     con.execute(f"CREATE TABLE IF NOT EXISTS receipts ({columns})")
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
@@ -164,9 +191,16 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.register("_empty", empty)
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM _empty")
         con.unregister("_empty")
+    con.execute(ROUTING_EXPERTS_VIEW)
+    con.execute(STEP_SUMMARY_DDL)
+    con.execute("INSERT OR REPLACE INTO index_meta VALUES ('version', ?)", [str(INDEX_VERSION)])  # last: complete
 
 
 def _drop_all(con: duckdb.DuckDBPyConnection) -> None:
+    from schemas.tables import TABLES
+
+    con.execute("DROP VIEW IF EXISTS routing_experts")
+    con.execute("DROP TABLE IF EXISTS routing_steps")
     for name in ("index_meta", "receipts", "damaged", *TABLES):
         con.execute(f"DROP TABLE IF EXISTS {name}")
 
@@ -217,10 +251,12 @@ def sync(
 
 
 def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
+    from schemas.tables import TABLES
+
     con.execute("BEGIN TRANSACTION")
     con.execute("DELETE FROM receipts WHERE id = ?", [receipt_id])
     con.execute("DELETE FROM damaged WHERE id = ?", [receipt_id])
-    for name in TABLES:
+    for name in (*TABLES, "routing_steps"):
         con.execute(f"DELETE FROM {name} WHERE receipt_id = ?", [receipt_id])
     con.execute("COMMIT")
 
@@ -228,6 +264,8 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
 def _insert(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, data: dict[str, Any]) -> None:
     if data.get("id") != receipt_id:
         raise LedgerError(f"receipt.json of {receipt_id} carries id {data.get('id')!r}")
+    from schemas.tables import TABLES
+
     root = ledger.path(receipt_id)
     tables = {a["path"][: -len(".parquet")]: a for a in data.get("artifacts", ()) if a["kind"] == "table"}
     con.execute("BEGIN TRANSACTION")
@@ -241,10 +279,10 @@ def _insert(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, dat
             path = root / artifact["path"]
             if not path.exists():
                 raise LedgerError(f"{path} is missing")
-            con.execute(
-                f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM read_parquet(?)",
-                [receipt_id, str(path)],
-            )
+            source = parquet_source(path) if name == "routing" else "read_parquet(?)"  # old receipts: long rows
+            con.execute(f"INSERT INTO {name} BY NAME SELECT ? AS receipt_id, * FROM {source}", [receipt_id, str(path)])
+            if name == "routing":  # its per-(step, layer) summary, computed once (analyses read only that)
+                index_step_summary(con, receipt_id)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -305,12 +343,14 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
     themselves into an in-memory index (every receipt verified, as a sync does), says so on stderr and
     never waits more than twice ``timeout``."""
     if ledger.root.is_dir():
-        try:
-            with writable(ledger, timeout) as con:
-                sync(ledger, con)
-            con = _connect(ledger.index_path, timeout, read_only=True)
-        except IndexBusy:
-            con = _from_files(ledger)
+        con = _current(ledger)
+        if con is None:
+            try:
+                with writable(ledger, timeout) as con:
+                    sync(ledger, con)
+                con = _connect(ledger.index_path, timeout, read_only=True)
+            except IndexBusy:
+                con = _from_files(ledger)
     else:
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -318,6 +358,27 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
         yield con
     finally:
         con.close()
+
+
+def _current(ledger: Ledger) -> duckdb.DuckDBPyConnection | None:
+    """A read-only connection to the index when it is of this version and holds exactly the receipt
+    directories on disk (indexed or known damaged): nothing to sync, so no write lock is taken (the common
+    case of every read). None when it must be synced, or a writer holds it (:func:`reader` then waits)."""
+    if not ledger.index_path.exists():
+        return None
+    try:
+        con = duckdb.connect(str(ledger.index_path), read_only=True, config={"enable_external_access": False})
+    except duckdb.Error:
+        return None
+    try:
+        if _version(con) == str(INDEX_VERSION):
+            known = {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
+            if known == set(ledger.ids()):
+                return con
+    except duckdb.Error:
+        pass
+    con.close()
+    return None
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:

@@ -22,6 +22,10 @@ Staging directory of one run::
       workload.json           set_workload()
       runtime.json            report_runtime()
     wrapper/                  samples taken by the wrapper itself (telemetry)
+    captured/rank-00000/      a node of a multi-node job: what zero-code capture took from that node's
+                              output (kept apart from the ranks' own directories; see ledger.record.job)
+    probes/<node>/            `ledger probe` on each node of a launch like `ledger record -- srun ...`:
+                              stack.json and probe.json of that node (see ledger.record.probe)
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ CAPTURE_FILE = "capture.json"
 """In the staging directory: where `ledger record` took each metric table and the configuration from (written
 by :mod:`ledger.ingest.launch`; published as ``receipt.capture``)."""
 WRAPPER_RANK_DIR = "wrapper"
+CAPTURED_DIR = "captured"
+"""In a job node's staging directory: a run-shaped directory holding what zero-code capture took from the
+node's output. Global rank 0 may have run on any node, so the capture of each node cannot go to
+``rank-00000/`` of its node: the job's assembly picks from the nodes' captures (:mod:`ledger.record.job`)."""
+PROBES_DIR = "probes"
+"""In a staging directory: one directory per node that ran `ledger probe` (:mod:`ledger.record.probe`)."""
 STREAM_SUFFIX = ".arrows"
 JSONL_SUFFIX = ".jsonl"
 

@@ -18,8 +18,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, rank_of_dir
+from ledger.store.routing import as_lists
 from schemas import Problem
-from schemas.tables import EXTRA, TABLES
+from schemas.tables import EXTRA, ROUTING_LONG, TABLES
 
 MAX_LINES_LISTED = 10
 MAX_LINE_BYTES = 1 << 20
@@ -108,6 +109,7 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
     """Every complete record batch of an IPC stream (several streams may be appended back to back, one
     per process that opened the file)."""
     batches: list[pa.RecordBatch] = []
+    long_rows: list[pa.RecordBatch] = []  # routing of an SDK from before the list layout
     problem = None
     with pa.OSFile(str(path), "rb") as f:
         size = f.size()
@@ -116,7 +118,8 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
             try:
                 reader = pa.ipc.open_stream(f)
                 older = not reader.schema.equals(schema)
-                if older and not _is_older(reader.schema, schema):
+                long = older and schema.equals(TABLES["routing"]) and reader.schema.equals(ROUTING_LONG)
+                if older and not long and not _is_older(reader.schema, schema):
                     raise ValueError(f"schema differs from {schema.names}")
                 while True:
                     try:
@@ -124,7 +127,10 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
                     except StopIteration:
                         break
                     batch.validate(full=True)  # offsets and UTF-8 of garbage that parsed as a batch
-                    batches.append(_widen(batch, schema) if older else batch)
+                    if long:
+                        long_rows.append(batch)
+                    else:
+                        batches.append(_widen(batch, schema) if older else batch)
             except (pa.ArrowException, OSError, ValueError) as exc:
                 rows = sum(b.num_rows for b in batches)
                 problem = Problem(
@@ -134,7 +140,10 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
                 break
             if f.tell() == start:  # pragma: no cover - defensive: no progress
                 break
-    return pa.Table.from_batches(batches, schema=schema), problem
+    table = pa.Table.from_batches(batches, schema=schema)
+    if long_rows:
+        table = pa.concat_tables([table, as_lists(pa.Table.from_batches(long_rows, schema=ROUTING_LONG))])
+    return table, problem
 
 
 def _is_older(found: pa.Schema, schema: pa.Schema) -> bool:
@@ -161,6 +170,8 @@ def _first_line(exc: BaseException) -> str:
 def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[pa.Table, list[Problem]]:
     columns: dict[str, list[Any]] = {f.name: [] for f in schema}
     known = set(columns)
+    routing = schema.equals(TABLES["routing"])
+    long_columns: dict[str, list[Any]] = {f.name: [] for f in ROUTING_LONG}
     bad: list[tuple[int, str]] = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(_lines(f), start=1):
@@ -170,13 +181,21 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
             if not raw.strip():
                 continue
             try:
-                row = _coerce_row(clean_json(json.loads(raw)), schema, known, rank)
+                obj = clean_json(json.loads(raw))
+                if routing and isinstance(obj, dict) and "expert" in obj:  # a row per expert: the long layout
+                    row, into = _coerce_row(obj, ROUTING_LONG, set(long_columns), rank), long_columns
+                else:
+                    row, into = _coerce_row(obj, schema, known, rank), columns
             except (ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError) as exc:
                 bad.append((lineno, _first_line(exc)))
                 continue
             for key, value in row.items():
-                columns[key].append(value)
+                into[key].append(value)
     table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema}, schema=schema)
+    if routing and long_columns["step"]:
+        long = pa.table({f.name: pa.array(long_columns[f.name], type=f.type) for f in ROUTING_LONG},
+                        schema=ROUTING_LONG)
+        table = pa.concat_tables([table, as_lists(long)])
     problems = []
     if bad:
         listed = ", ".join(f"line {n}: {msg}" for n, msg in bad[:MAX_LINES_LISTED])
@@ -235,6 +254,11 @@ def _coerce_value(field: pa.Field, value: Any) -> Any:
             raise ValueError(f"field {field.name!r} is required")
         return None
     t = field.type
+    if pa.types.is_list(t):
+        if not isinstance(value, list):
+            raise ValueError(f"field {field.name!r} must be a list, got {value!r}")
+        item = pa.field(field.name, t.value_type, nullable=False)
+        return [_coerce_value(item, v) for v in value]
     if pa.types.is_integer(t):
         if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
             raise ValueError(f"field {field.name!r} must be an integer, got {value!r}")

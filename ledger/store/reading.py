@@ -6,14 +6,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from ledger.errors import BadInput, QueryRefused
 from ledger.store import filters, index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `ledger ls` loads neither Arrow nor the receipt models
+    import pyarrow as pa
+
     from schemas import Receipt
 
 LIST_COLUMNS = (
@@ -54,16 +55,21 @@ def list_receipts(ledger: Ledger, where: str | None = None) -> list[dict[str, An
     """Summary rows of every receipt (oldest first), optionally filtered by a `--where` expression."""
     predicate = filters.parse(where) if where is not None else None
     cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
+    from ledger.store.agreement import listing_findings
+
     with index.reader(ledger) as con:
         rows = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
-    out = []
-    for row in rows:
-        if predicate is not None and not predicate(json.loads(row[-1])):
-            continue
-        item = dict(zip(LIST_COLUMNS, row[:-1], strict=True))
-        item["tags"] = json.loads(item["tags"]) if item["tags"] else {}
-        item["started_at"] = item["started_at"].isoformat() if item["started_at"] else None
-        out.append(item)
+        out = []
+        for row in rows:
+            if predicate is not None and not predicate(json.loads(row[-1])):
+                continue
+            item = dict(zip(LIST_COLUMNS, row[:-1], strict=True))
+            item["tags"] = json.loads(item["tags"]) if item["tags"] else {}
+            item["started_at"] = item["started_at"].isoformat() if item["started_at"] else None
+            out.append(item)
+        problems = listing_findings(ledger, con, [item["id"] for item in out])
+    for item in out:
+        item["index_problem"] = problems.get(item["id"])
     return out
 
 

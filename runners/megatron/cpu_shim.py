@@ -1,6 +1,8 @@
 """The two places where megatron-core (0.16.1, without Transformer Engine) cannot run a MoELayer on CPU, and
 the smallest patch for each. Nothing else of Megatron-Core is changed; :func:`install` is idempotent and
-only ever called by :mod:`runners.megatron.mcore_cpu` (the CPU integration test), never on a GPU launch.
+only ever called by :mod:`runners.megatron.mcore_cpu` (the CPU integration test and the GPU proof's one-layer run,
+where patch 1 defers to the original and patch 2 is what a launch without Transformer Engine needs), never on a
+`pretrain_gpt.py` launch.
 
 1. ``Router.gating`` moves the router weight to ``torch.cuda.current_device()`` whenever it is on the CPU,
    which raises "Torch not compiled with CUDA enabled" on a CPU build. The patch runs the same computation

@@ -1,7 +1,8 @@
-"""A tiny Megatron-Core MoELayer (allgather dispatcher, SequentialMLP experts) trained on CPU and recorded
-through ``ledger.sdk``: the Megatron integration, checked without a GPU.
+"""A tiny Megatron-Core MoELayer (allgather dispatcher, SequentialMLP experts) trained on CPU (or, with
+``--device cuda``, on one GPU: the GPU proof's Megatron step) and recorded through ``ledger.sdk``: the Megatron
+integration, checked without Transformer Engine.
 
-    ledger record -- python -m runners.megatron.mcore_cpu --steps 4
+    ledger record -- python -m runners.megatron.mcore_cpu --steps 4 [--device cuda]
 
 Each step: a regression loss on random tokens plus the layer's load-balancing loss, SGD; logged: loss,
 aux_loss (Megatron-Core's own tracker), step time, tokens per expert per step (from the router's routing
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=8)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
     cfg = _config(args)
     with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed": expected here
@@ -59,14 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         cpu_shim.install()
     run = ledger.sdk.current()
     run.report_runtime()
-    wl = workload(cfg, "mcore_cpu").model_copy(update={"device": "cpu"})
+    wl = workload(cfg, "mcore_cpu").model_copy(update={"device": args.device})
     run.set_workload(wl.model_copy(update={"precision": wl.precision.model_copy(update={"params": "fp32",
                                                                                         "compute": "fp32"})}))
     torch.manual_seed(args.seed)
     rendezvous = tempfile.NamedTemporaryFile(prefix="mcore-cpu-", delete=False)  # a file store: no port to clash
     rendezvous.close()
     os.unlink(rendezvous.name)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous.name}", rank=0, world_size=1)
+    if args.device == "cuda" and torch.cuda.is_available():
+        torch.cuda.set_device(0)
+    backend = "nccl" if args.device == "cuda" and torch.cuda.is_available() else "gloo"  # gloo: CPU tensors
+    dist.init_process_group(backend, init_method=f"file://{rendezvous.name}", rank=0, world_size=1)
     try:
         parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
         with warnings.catch_warnings():
@@ -82,22 +87,34 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             layer = MoELayer(tc, spec.submodules.mlp.submodules)
+        dev = torch.device(args.device)
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
+                return 2
+            layer = layer.to(dev)
+
+        def sync() -> None:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
         layer.router.set_layer_number(1)  # a TransformerLayer would; the aux-loss tracker needs it
         routing: list[Any] = []
         layer.router.register_forward_hook(lambda _m, _i, out: routing.append(out[1].detach()))
         optimizer = torch.optim.SGD(layer.parameters(), lr=0.05)
-        target = torch.randn(args.seq, args.batch, args.hidden)
+        target = torch.randn(args.seq, args.batch, args.hidden, device=dev)
         tokens = args.seq * args.batch
         for step in range(1, args.steps + 1):
             start = time.perf_counter()
-            x = torch.randn(args.seq, args.batch, args.hidden)
+            x = torch.randn(args.seq, args.batch, args.hidden, device=dev)
             routing.clear()
             out, _ = layer(x)
             loss = torch.nn.functional.mse_loss(out, target)
+            sync()
             forward = time.perf_counter()
             optimizer.zero_grad()
             loss.backward()  # the aux loss is attached to the output by Megatron-Core's MoEAuxLossAutoScaler
             optimizer.step()
+            sync()
             end = time.perf_counter()
             tracker = get_moe_layer_wise_logging_tracker().get("load_balancing_loss")
             aux = float(tracker["values"].sum()) if tracker else None

@@ -182,7 +182,10 @@ class RunConfig:
     grad_clip: float = 1.0
     """Gradient-norm clip (0: off)."""
     precision: Literal["fp32", "bf16", "fp8"] = "fp32"
-    """fp32, bf16 (autocast) or fp8 (Transformer Engine on CUDA)."""
+    """fp32, bf16 (autocast) or fp8 (float8 linear layers inside bf16 autocast; see fp8_backend)."""
+    fp8_backend: Literal["torch", "te"] = "torch"
+    """Under precision=fp8: torch (torch._scaled_mm, per-tensor scales; CUDA fp8 tensor cores, or CPU's
+    reference kernel) or te (Transformer Engine, delayed scaling; CUDA only)."""
     seed: int = 0
     """Training seed (init and data order)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -218,6 +221,7 @@ class RunConfig:
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         _choice("precision", self.precision, ("fp32", "bf16", "fp8"))
+        _choice("fp8_backend", self.fp8_backend, ("torch", "te"))
         _choice("device", self.device, ("auto", "cpu", "cuda"))
         if self.moe.num_experts % self.parallel.ep:
             raise ConfigError(

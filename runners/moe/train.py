@@ -71,7 +71,7 @@ def check_launch(cfg: RunConfig, world: int) -> None:
         )
     if cfg.batch_size % world:
         raise ConfigError(f"batch_size ({cfg.batch_size}) must be divisible by the world size ({world})")
-    check_precision(cfg.precision, resolve_device(cfg.device))
+    check_precision(cfg.precision, resolve_device(cfg.device), cfg.fp8_backend)
 
 
 def _set_determinism(cfg: RunConfig, device: torch.device) -> None:
@@ -161,7 +161,7 @@ def _train(
     run.report_runtime()
 
     corpus = load_corpus(cfg.data, cfg.model.seq_len)
-    policy = PrecisionPolicy(cfg.precision, device)
+    policy = PrecisionPolicy(cfg.precision, device, cfg.fp8_backend)
     timer = PhaseTimer(enabled=False, device=device)
     backend = _expert_backend(cfg, device, policy)
     model = Transformer(

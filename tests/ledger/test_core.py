@@ -1,12 +1,18 @@
-"""The core's small shared facts: the KEY=VALUE parser and MFU's two facts (peaks, FLOPs per token)."""
+"""The core's small shared facts: the KEY=VALUE parser, strict JSON values and MFU's two facts (peaks, FLOPs per
+token)."""
 
 from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
 
 import numpy as np
 import pytest
 
 from ledger.errors import BadInput
-from ledger.kv import pair, pairs
+from ledger.jsonsafe import json_safe
+from ledger.kv import listed, pair, pairs
 from ledger.mfu import PEAK_TFLOPS, model_flops_per_token, peak_flops, peak_flops_of
 
 
@@ -19,6 +25,27 @@ def test_key_value_items() -> None:
         pair("sweep", "--tag")
     with pytest.raises(BadInput, match="--group '=x'"):
         pair("=x", "--group")
+
+
+def test_several_items_in_one_argument() -> None:
+    assert listed("tp=2, pp=4;ep=8", "--parallel", ("tp", "pp", "ep"), convert=int) == {"tp": 2, "pp": 4, "ep": 8}
+    assert listed("top-k=2,hidden=64", "--geometry", convert=float) == {"top_k": 2.0, "hidden": 64.0}
+    assert listed("", "--geometry") == {}
+    with pytest.raises(BadInput, match=r"--parallel 'xp=2': unknown key 'xp'; the keys are tp, pp"):
+        listed("tp=1,xp=2", "--parallel", ("tp", "pp"), convert=int)
+    with pytest.raises(BadInput, match=r"--parallel 'tp=two': tp must be an integer, got 'two'"):
+        listed("tp=two", "--parallel", ("tp",), convert=int)
+    with pytest.raises(BadInput, match=r"--geometry 'layers': expected KEY=VALUE"):
+        listed("layers", "--geometry", convert=float)
+
+
+def test_json_safe_values_parse_as_strict_json() -> None:
+    data = {"nan": math.nan, "inf": [1.5, -math.inf, (2, math.inf)], "sum": Decimal("12"), "half": Decimal("2.5"),
+            "huge": Decimal("Infinity"), "text": "x"}
+    out = json_safe(data)
+    assert out == {"nan": None, "inf": [1.5, None, [2, None]], "sum": 12, "half": 2.5, "huge": None, "text": "x"}
+    assert isinstance(out["sum"], int)
+    assert json.loads(json.dumps(out, allow_nan=False)) == out
 
 
 def test_one_peak_table_with_the_vendor_figures() -> None:

@@ -134,42 +134,6 @@ def rerun(ctx: click.Context, ref: str, sets: tuple[str, ...], scales: tuple[str
 
 
 @click.command()
-@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
-@ledger_option
-@click.pass_context
-def push(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
-    """Share the ledger: `dvc add` it (index and runs in progress excluded) and `dvc push` it to a remote.
-
-    Example:
-
-        dvc remote add -d team s3://bucket/ledger && ledger push
-    """
-    from ledger.replay.share import push as do_push
-
-    click.echo(do_push(ledger_from(ctx, ledger_path), remote).message)
-
-
-@click.command()
-@click.option("--remote", "-r", help="DVC remote name (default: the repository's default remote).")
-@ledger_option
-@click.pass_context
-def pull(ctx: click.Context, remote: str | None, ledger_path: Path | None) -> None:
-    """Fetch a shared ledger with `dvc pull` (needs the committed <ledger>.dvc pointer) and index it.
-
-    Example:
-
-        git pull && ledger pull && ledger verify
-    """
-    from ledger.replay.share import pull as do_pull
-    from ledger.store import index
-
-    ledger = ledger_from(ctx, ledger_path)
-    result = do_pull(ledger, remote)
-    index.reindex(ledger)
-    click.echo(result.message)
-
-
-@click.command()
 @click.argument("a")
 @click.argument("b")
 @click.option("--at", "at", metavar="DIM=V|DIM=xK",
@@ -240,5 +204,5 @@ def claim(ctx: click.Context, a: str, b: str, at: str | None, as_json: bool, led
 
 
 def register(cli: click.Group) -> None:
-    for command in (rerun, ab, claim, push, pull):
+    for command in (rerun, ab, claim):
         cli.add_command(command)

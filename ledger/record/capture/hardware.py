@@ -32,8 +32,18 @@ _GPU_FIELDS: dict[str, Callable[[Any, Any], Any]] = {
     "memory_bytes": lambda nv, h: int(nv.nvmlDeviceGetMemoryInfo(h).total),
     "compute_capability": lambda nv, h: "{}.{}".format(*nv.nvmlDeviceGetCudaComputeCapability(h)),
     "power_limit_w": lambda nv, h: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+    "sm_clock_max_mhz": lambda nv, h: int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+    "sm_clock_app_mhz": lambda nv, h: int(nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
+    "mem_clock_app_mhz": lambda nv, h: int(nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
+    "ecc_enabled": lambda nv, h: bool(nv.nvmlDeviceGetEccMode(h)[0]),
+    "ecc_uncorrected": lambda nv, h: int(nv.nvmlDeviceGetTotalEccErrors(
+        h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
+    "pci_bus_id": lambda nv, h: _str(nv.nvmlDeviceGetPciInfo(h).busId),
 }
-"""Gpu fields and how NVML gives each; a field NVML refuses (NVMLError) stays None."""
+"""Gpu fields and how NVML gives each; a field NVML refuses (NVMLError), or that this binding of NVML
+does not offer, stays None (not available)."""
+_ANCESTORS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+"""NVML's nvmlGpuTopologyLevel_t values and the names ``nvidia-smi topo -m`` gives them."""
 
 
 def capture_hardware() -> tuple[Hardware, Drivers]:
@@ -64,6 +74,7 @@ def read_nvml(nvml: Any, host: dict[str, Any] | None = None) -> tuple[Hardware, 
         gpus: list[Gpu] = []
         links: list[Link] = []
         errors: list[str] = []
+        handles: dict[int, Any] = {}
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -74,8 +85,10 @@ def read_nvml(nvml: Any, host: dict[str, Any] | None = None) -> tuple[Hardware, 
             fields = {field: _try(nvml, partial(get, nvml, handle)) for field, get in _GPU_FIELDS.items()}
             gpus.append(Gpu(index=index, **fields))
             links.extend(_nvlinks(nvml, index, handle))
+            handles[index] = handle
         hardware = Hardware(**host, gpu_model=gpu_model(g.name for g in gpus), gpu_count=len(gpus),
                             gpus=tuple(gpus), nvlinks=tuple(links), nvml="ok",
+                            gpu_topology=gpu_topology(nvml, handles, gpus, links),
                             error="; ".join(errors) or None)
         return hardware, drivers
     finally:
@@ -88,6 +101,51 @@ def gpu_model(names: Iterable[str | None]) -> str | None:
     if len(distinct) <= 1:
         return distinct[0] if distinct else None
     return "mixed: " + ", ".join(distinct)
+
+
+def _bus(bus_id: str | None) -> str | None:
+    """A PCI bus id without its domain, lower case: NVML writes the domain with 4 or 8 digits."""
+    if not bus_id:
+        return None
+    parts = bus_id.strip().lower().split(":")
+    return ":".join(parts[-2:]) if len(parts) >= 2 else parts[0]
+
+
+def gpu_topology(nvml: Any, handles: dict[int, Any], gpus: Iterable[Gpu], links: Iterable[Link]) -> tuple[str, ...]:
+    """How each pair of GPUs is connected, named as ``nvidia-smi topo -m`` names it: ``"i-j NV<n>"`` with
+    n NVLinks between them (direct links, or, through NVSwitch, the fewer of the two GPUs' links to
+    peers that are no GPU), else the nearest common PCIe ancestor NVML reports (PIX, PXB, PHB, NODE,
+    SYS); a pair NVML refuses to place is left out."""
+    bus = {g.index: _bus(g.pci_bus_id) for g in gpus}
+    gpu_of = {b: i for i, b in bus.items() if b}
+    direct: dict[tuple[int, int], int] = {}
+    switch: dict[int, int] = {}
+    every_bus_known = all(bus.get(i) for i in handles)  # only then is a peer known to be no GPU
+    for link in links:
+        peer = gpu_of.get(_bus(link.peer) or "")
+        if peer is None:
+            if link.peer is not None and every_bus_known:  # a peer that is no GPU of this node: NVSwitch
+                switch[link.gpu] = switch.get(link.gpu, 0) + 1
+        elif peer != link.gpu:
+            direct[(link.gpu, peer)] = direct.get((link.gpu, peer), 0) + 1
+    out = []
+    indices = sorted(handles)
+    for a, i in enumerate(indices):
+        for j in indices[a + 1:]:
+            n = max(direct.get((i, j), 0), direct.get((j, i), 0))  # each end sees the links (if readable)
+            if not n and switch.get(i) and switch.get(j):
+                n = min(switch[i], switch[j])
+            if n:
+                out.append(f"{i}-{j} NV{n}")
+                continue
+            level = _try(nvml, partial(_common_ancestor, nvml, handles[i], handles[j]))
+            if isinstance(level, int) and level in _ANCESTORS:
+                out.append(f"{i}-{j} {_ANCESTORS[level]}")
+    return tuple(out)
+
+
+def _common_ancestor(nvml: Any, a: Any, b: Any) -> Any:
+    return nvml.nvmlDeviceGetTopologyCommonAncestor(a, b)
 
 
 def _nvlinks(nvml: Any, index: int, handle: Any) -> list[Link]:
@@ -120,10 +178,11 @@ def _cuda_driver(nvml: Any) -> str | None:
 
 
 def _try(nvml: Any, fn: Callable[[], Any]) -> Any:
-    """fn(), or None when NVML refuses (not supported, no permission, ...)."""
+    """fn(), or None when NVML refuses (not supported, no permission, ...) or this binding of NVML does not
+    offer the call (an older nvidia-ml-py)."""
     try:
         return fn()
-    except nvml.NVMLError:
+    except (nvml.NVMLError, AttributeError):
         return None
 
 
@@ -139,7 +198,53 @@ def _host() -> dict[str, Any]:
     except (AttributeError, OSError):
         cores = os.cpu_count()
     return {"hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cpu_cores": cores,
-            "memory_bytes": _memory_bytes()}
+            "memory_bytes": _memory_bytes(), **cpu_facts()}
+
+
+def _cpu_count(text: str | None) -> int | None:
+    """CPUs in a kernel CPU list such as ``0-3,8-11`` (None when unreadable)."""
+    if not text or not text.strip():
+        return None
+    total = 0
+    try:
+        for part in text.strip().split(","):
+            lo, _, hi = part.partition("-")
+            total += int(hi or lo) - int(lo) + 1
+    except ValueError:
+        return None
+    return total
+
+
+def cpu_facts(sys_root: Path = Path("/sys")) -> dict[str, Any]:
+    """Topology and frequency scaling of the CPUs, read from sysfs (what ``lscpu`` reads): sockets, NUMA
+    nodes, threads per core, the frequency governor and the highest frequency. A fact the kernel does not
+    expose (no cpufreq in most VMs and containers) is None, i.e. not available; never raises."""
+    cpu_root = sys_root / "devices" / "system" / "cpu"
+    try:
+        cpus = sorted(p for p in cpu_root.iterdir() if p.name[3:].isdigit() and p.name.startswith("cpu"))
+    except OSError:
+        cpus = []
+    packages = {read_text(c / "topology" / "physical_package_id", 64) for c in cpus} - {None}
+    governors = {(read_text(c / "cpufreq" / "scaling_governor", 256) or "").strip() for c in cpus} - {""}
+    highest = []
+    for c in cpus:
+        text = (read_text(c / "cpufreq" / "cpuinfo_max_freq", 64) or "").strip()
+        if text.isdigit():
+            highest.append(int(text) // 1000)  # kHz
+    try:
+        numa = sum(1 for p in (sys_root / "devices" / "system" / "node").iterdir()
+                   if p.name.startswith("node") and p.name[4:].isdigit())
+    except OSError:
+        numa = 0
+    threads = _cpu_count(read_text(cpus[0] / "topology" / "thread_siblings_list", 4096)) if cpus else None
+    return {
+        "cpu_sockets": len(packages) or None,
+        "numa_nodes": numa or None,
+        "threads_per_core": threads,
+        "cpu_governor": (next(iter(governors)) if len(governors) == 1 else
+                         "mixed: " + ", ".join(sorted(governors)) if governors else None),
+        "cpu_max_mhz": max(highest) if highest else None,
+    }
 
 
 def _cpu_model() -> str | None:
@@ -168,4 +273,4 @@ def _memory_bytes() -> int | None:
         return None
 
 
-__all__ = ["capture_hardware", "gpu_model", "read_nvml"]
+__all__ = ["capture_hardware", "cpu_facts", "gpu_model", "gpu_topology", "read_nvml"]

@@ -52,7 +52,7 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
     """One receipt: bookkeeping, metric curves, evals per source, timing per phase, routing heatmaps,
     goodput, summary, and the stack and workload by factor."""
     from ledger.analyses.goodput_index import goodput_of_run
-    from ledger.analyses.series import layers_of, load_run, routing_matrix
+    from ledger.analyses.series import imbalanced_layers, load_run, routing_matrices
     from ledger.report.console import human
     from ledger.report.goodput import timeline_svg
     from ledger.store.attempts import run_of
@@ -63,7 +63,7 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
         rid = resolve(con, ref)
         r = check_intact(ledger, rid)
         run = load_run(con, rid, r)
-        heat = {layer: routing_matrix(con, rid, layer) for layer in layers_of(run)}
+        heat = routing_matrices(con, rid, layers=imbalanced_layers(con, rid))
         try:
             goodput = timeline_svg(goodput_of_run(con, run_of(con, rid)))
         except LedgerError as exc:

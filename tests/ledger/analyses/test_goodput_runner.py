@@ -11,7 +11,9 @@ On a machine without readable energy counters (no NVML, no RAPL) every energy fi
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import xml.etree.ElementTree as ET
 from datetime import datetime
 from typing import Any
@@ -36,7 +38,31 @@ def runner(*overrides: str, extra: tuple[str, ...] = ()) -> list[str]:
 
 
 class Ledger(LedgerAt):
-    """The CLI bound to one test ledger, with a reader of its receipt files."""
+    """The CLI bound to one test ledger, with a reader of its receipt files. `ledger record` runs as a real
+    process (it launches the runner); the analysis commands run in this process through click's runner,
+    the same command line without a fresh interpreter importing duckdb, scipy and arch for each call."""
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if args[0] == "record":
+            return super().__call__(*args, check=check)
+        from click.testing import CliRunner
+
+        from ledger.cli.app import cli
+        from ledger.report.console import console
+
+        width = console.width
+        console.width = 200  # as the subprocesses' COLUMNS=200 (conftest.child_env)
+        try:
+            with contextlib.chdir(self.root):
+                result = CliRunner().invoke(cli, ["--ledger", str(self.dir), *args])
+        finally:
+            console.width = width
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        proc = subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"ledger {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        return proc
 
     def receipt(self, receipt_id: str) -> dict[str, Any]:
         return json.loads((self.dir / receipt_id / "receipt.json").read_text())
@@ -60,10 +86,18 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, str, str]
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory: pytest.TempPathFactory) -> Ledger:
+    from conftest import BIN, child_env
+
     led = Ledger(tmp_path_factory.mktemp("seeds"))
-    for seed, steps in ((0, 12), (1, 12), (2, 3)):
-        led("record", "--name", f"seed{seed}", "--tag", "grp=seeds", "--",
-            *runner(f"seed={seed}", f"steps={steps}", f"data.gate_loss={GATE}"))
+    # the three runs are independent: recorded at once (concurrent publishers are part of the design)
+    procs = [subprocess.Popen([str(BIN / "ledger"), "--ledger", str(led.dir), "record", "--name", f"seed{seed}",
+                               "--tag", "grp=seeds", "--", *runner(f"seed={seed}", f"steps={steps}",
+                                                                    f"data.gate_loss={GATE}")],
+                              env=child_env(), cwd=led.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed, steps in ((0, 12), (1, 12), (2, 3))]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
     return led
 
 

@@ -66,7 +66,7 @@ def test_routing_dumps_of_this_run(tmp_path: Path, megatron_dir: Path) -> None:
     dumps.mkdir()
     (dumps / "rank0.jsonl").write_text(json.dumps({"iteration": 10, "layer": 0, "tokens_per_expert": [1, 2, 3]}))
     notes = augment(run_dir, ["pretrain_gpt.py"], run_dir / "output.log")
-    assert "3 routing" in notes[0]
+    assert "1 routing" in notes[0]  # a row per (step, layer): its 3 counts in one list
 
 
 def test_ledger_record_of_a_fake_megatron_launch(ledger_cli, ledger_dir: Path, megatron_dir: Path,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -69,30 +70,33 @@ PL_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _tables(lg: LedgerAt, ref: str) -> tuple[dict, dict, dict]:
-    r = lg.json("show", ref)
-    d = lg.dir / r["id"]
-    return r, pq.read_table(d / "steps.parquet").to_pydict(), pq.read_table(d / "evals.parquet").to_pydict()
+def _record(lg: LedgerAt, name: str, *args: str) -> tuple[str, dict, dict, dict]:
+    """`ledger record` of the script; its stderr, and the receipt and tables read from the published files
+    (no `ledger show` process: the receipt's id is in record's last line)."""
+    out = lg("record", "--name", name, "--telemetry-interval", "0", "--", "python", "train.py", *args)
+    found = re.search(r"ledger: recorded ([0-9a-f]{64}) ", out.stderr)
+    assert found is not None, out.stderr[-2000:]
+    d = lg.dir / found.group(1)
+    r = json.loads((d / "receipt.json").read_text())
+    return out.stderr, r, pq.read_table(d / "steps.parquet").to_pydict(), pq.read_table(d / "evals.parquet").to_pydict()
 
 
 @pytest.mark.slow
 def test_hf_trainer_with_no_change_and_with_the_callback(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(HF_SCRIPT)
     lg = LedgerAt(tmp_path, timeout=600)
-    out = lg("record", "--name", "plain", "--", "python", "train.py")
+    err, _, steps, evals = _record(lg, "plain")
     assert ("captured 3 steps (loss, lr, grad_norm, epoch) from out/trainer_state.json [hf-trainer]; evals 2"
-            in out.stderr)
+            in err)
     history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
     train = [h for h in history if "loss" in h]
-    _, steps, evals = _tables(lg, "plain")
     assert steps["step"] == [h["step"] for h in train] == [2, 4, 6]
     assert steps["loss"] == [h["loss"] for h in train] and steps["lr"] == [h["learning_rate"] for h in train]
     assert evals["value"] == [h["eval_loss"] for h in history if "eval_loss" in h] and evals["step"] == [3, 6]
 
-    out = lg("record", "--name", "callback", "--", "python", "train.py", "--ledger")
-    assert "from the SDK" in out.stderr
+    err, r, steps, evals = _record(lg, "callback", "--ledger")
+    assert "from the SDK" in err
     history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
-    r, steps, evals = _tables(lg, "callback")
     assert steps["step"] == [1, 2, 3, 4, 5, 6] and all(t > 0 for t in steps["step_time_s"])
     logged = {s: loss for s, loss in zip(steps["step"], steps["loss"], strict=True) if loss is not None}
     assert logged == {h["step"]: h["loss"] for h in history if "loss" in h}
@@ -105,21 +109,19 @@ def test_hf_trainer_with_no_change_and_with_the_callback(tmp_path: Path) -> None
 def test_lightning_with_no_change_and_with_the_logger(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(PL_SCRIPT)
     lg = LedgerAt(tmp_path, timeout=600)
-    out = lg("record", "--name", "plain", "--", "python", "train.py")
+    err, _, steps, evals = _record(lg, "plain")
     assert "captured 6 steps (loss, epoch) from logs/lightning_logs/version_0/metrics.csv [lightning-csv]; evals 2" \
-        in out.stderr
+        in err
     with (tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
-    _, steps, evals = _tables(lg, "plain")
     assert steps["step"] == [int(r["step"]) for r in rows if r["train_loss"]]
     assert steps["loss"] == [float(r["train_loss"]) for r in rows if r["train_loss"]]
     assert evals["value"] == [float(r["val_loss"]) for r in rows if r["val_loss"]]
 
-    out = lg("record", "--name", "logger", "--", "python", "train.py", "--ledger")
-    assert "from the SDK" in out.stderr
+    err, r, steps, evals = _record(lg, "logger", "--ledger")
+    assert "from the SDK" in err
     with (tmp_path / "logs" / "lightning_logs" / "version_1" / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
-    r, steps, evals = _tables(lg, "logger")
     assert steps["step"] == [int(r["step"]) for r in rows if r["train_loss"]]
     assert steps["loss"] == [float(r["train_loss"]) for r in rows if r["train_loss"]]
     assert list(zip(evals["step"], evals["split"], evals["value"], strict=True)) == [

@@ -23,9 +23,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import BIN, ROOT, child_env
 
-from ledger.analyses.goodput import goodput
+from ledger.analyses.goodput_index import goodput
 from ledger.analyses.nodes import node_differences
-from ledger.analyses.stragglers import WAIT_PHASES, of_receipt, straggler_bucket
+from ledger.analyses.stragglers import WAIT_PHASES, of_receipt
 from ledger.cli.app import cli
 from ledger.store.receipts import Ledger
 from schemas import Factor
@@ -63,23 +63,13 @@ def _start_node(k: int, ledger: Path, port: int, settings: list[str], tmp: Path,
     cmd = [str(BIN / "ledger"), "record", "--name", name, "--telemetry-interval", "0.5", "--job-timeout", "60",
            "--", str(BIN / "python"), "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(per_node),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job4242",
+           # node 0 hosts the rendezvous store; node 1 connects (retrying until it listens), so both nodes
+           # start at once instead of node 1 waiting for node 0's start-up
+           "--rdzv-conf", f"is_host={'true' if k == 0 else 'false'}",
            "--local-addr", "127.0.0.1", "--max-restarts", "0",
            "-m", "runners.moe", "--config", "tiny", *sets]
     with open(tmp / f"node{k}.log", "wb") as log:  # the child keeps its own descriptor
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """Node 0's torchrun hosts the rendezvous store: start node 1 once it listens."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError("node 0 ended before its rendezvous started")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError("node 0's rendezvous never listened")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -119,10 +109,9 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
 ) -> None:
     ledger_dir, port = tmp_path / "receipts", _free_port()
     steps = 8
-    settings = [*MICRO, f"steps={steps}", f"eval_every={steps}", "delay_s=0.15", "delay_rank=3"]
+    settings = [*MICRO, f"steps={steps}", f"eval_every={steps}", "delay_s=0.1", "delay_rank=3"]
     node0 = _start_node(0, ledger_dir, port, settings, tmp_path, _planted_package(tmp_path / "p0", "1.0"))
     reap.append(node0)
-    _wait_listening(port, node0)
     node1 = _start_node(1, ledger_dir, port, settings, tmp_path, _planted_package(tmp_path / "p1", "2.0"))
     reap.append(node1)
     assert node1.wait(timeout=300) == 0, _log(tmp_path, 1)
@@ -147,7 +136,7 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     routing = pq.read_table(rdir / "routing.parquet").to_pylist()
     per_layer: dict[tuple[int, int], int] = defaultdict(int)
     for r in routing:
-        per_layer[(r["step"], r["layer"])] += r["tokens"]
+        per_layer[(r["step"], r["layer"])] += sum(r["tokens"])
     # every rank's tokens are routed: 8 sequences x 32 tokens x top-2, summed over the 4 ranks
     assert set(per_layer.values()) == {8 * 32 * 2} and len(per_layer) == steps * 2
     telemetry = pq.read_table(rdir / "telemetry.parquet").to_pylist()
@@ -176,7 +165,7 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
     assert found.nodes[0].node_rank == slow_node.node_rank and found.nodes[0].slowest_rank == 3
     assert found.wait_s > 0
     # goodput of the job (all nodes' events in one receipt), with the waiting on rank 3 as its own bucket
-    job_goodput = straggler_bucket(goodput(ledger, ids[0]), found.wait_s)
+    job_goodput = goodput(ledger, ids[0])
     assert job_goodput.buckets["straggler_wait"] == pytest.approx(found.wait_s)
     assert job_goodput.productive_s + job_goodput.badput_s == pytest.approx(job_goodput.wall_s)
 
@@ -194,7 +183,6 @@ def test_node_killed_mid_run_one_failed_receipt_node_lost_node_0_kept(
     settings = [*MICRO[:-1], "parallel.ep=2", "steps=400", "eval_every=400", "delay_s=0.05"]
     node0 = _start_node(0, ledger_dir, port, settings, tmp_path, name="killed", per_node=1)
     reap.append(node0)
-    _wait_listening(port, node0)
     node1 = _start_node(1, ledger_dir, port, settings, tmp_path, name="killed", per_node=1)
     reap.append(node1)
     staging = ledger_dir / ".staging"

@@ -133,3 +133,56 @@ def test_a_node_rank_claimed_twice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="already runs as node 0"):
         job(0).claim(tmp_path)
     lead.release()
+
+
+def test_clocks_ecc_and_topology_differences_are_hardware_findings() -> None:
+    from ledger.record.nodes import node_stack
+    from schemas import Hardware
+    from schemas.receipt import Gpu
+
+    def hw(sm: int, ecc: bool, errors: int, governor: str | None) -> Hardware:
+        gpus = tuple(Gpu(index=i, sm_clock_app_mhz=sm if i else 1980, sm_clock_max_mhz=1980, mem_clock_app_mhz=2619,
+                         ecc_enabled=ecc if i else True, ecc_uncorrected=errors if i else 0) for i in range(2))
+        return Hardware(gpus=gpus, gpu_topology=("0-1 NV18",), cpu_sockets=2, numa_nodes=2, threads_per_core=2,
+                        cpu_governor=governor, cpu_max_mhz=3700)
+
+    n0 = node_stack(Stack(hardware=hw(1980, True, 0, "performance")), node_rank=0, hostname="gpu-000")
+    n1 = node_stack(Stack(hardware=hw(1755, False, 3, "powersave")), node_rank=1, hostname="gpu-001")
+    bare = node_stack(Stack(), node_rank=2, hostname="gpu-002")  # nothing probed there: not available
+    assert n0.gpu_clocks == "SM 1980 MHz (max 1980), memory 2619 MHz" and n0.ecc == "on" and n0.ecc_errors == 0
+    assert n1.gpu_clocks == ("mixed: SM 1755 MHz (max 1980), memory 2619 MHz on GPU 1; "
+                             "SM 1980 MHz (max 1980), memory 2619 MHz on GPU 0")
+    assert n1.ecc == "mixed: off on GPU 1; on on GPU 0" and n1.ecc_errors == 3
+    assert n0.gpu_topology == "NV18 (1 pair)" and n0.cpu_topology == "2 sockets, 2 NUMA nodes, 2 threads per core"
+    assert (bare.gpu_clocks, bare.ecc, bare.ecc_errors, bare.gpu_topology, bare.cpu_governor) == (None,) * 5
+    found = dict((text.split(":")[0], (factor, text)) for factor, text in differences([n0, n1, bare]))
+    assert set(found) == {"GPU clocks", "ECC", "uncorrected ECC errors", "CPU frequency governor"}
+    assert all(factor is Factor.HARDWARE for factor, _ in found.values())
+    assert found["CPU frequency governor"][1] == ("CPU frequency governor: performance on node 0 (gpu-000); "
+                                                  "powersave on node 1 (gpu-001)")
+    assert found["uncorrected ECC errors"][1] == "uncorrected ECC errors: 0 on node 0 (gpu-000); 3 on node 1 (gpu-001)"
+
+
+def test_show_says_not_available_for_hardware_facts_a_node_could_not_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli.app import cli
+    from ledger.report.console import console
+    from ledger.store.publish import Outcome, publish
+    from ledger.store.receipts import Ledger
+    from schemas import Hardware
+
+    run = tmp_path / "receipts" / ".staging" / "run"
+    run.mkdir(parents=True)
+    nodes = (_node(0, cpu_governor="performance", gpu_clocks="SM 1980 MHz"), _node(1))
+    (run / "stack.json").write_text(Stack(hardware=Hardware(hostname="gpu-000"), nodes=nodes).model_dump_json())
+    (run / "wrapper.json").write_text('{"run_uuid": "run", "name": "two-nodes"}')
+    publish(Ledger(tmp_path / "receipts"), run, Outcome(status="succeeded", exit_code=0))
+    monkeypatch.setattr(console, "width", 200)  # a wide terminal: cells on one line
+    out = CliRunner().invoke(cli, ["--ledger", str(tmp_path / "receipts"), "show", "two-nodes"])
+    assert out.exit_code == 0, out.output
+    hardware = out.output.split("node hardware")[1]
+    assert "performance" in hardware and "not available" in hardware
+    assert "CPU frequency governor: performance on node 0 (gpu-000)" not in out.output  # unknown is no difference

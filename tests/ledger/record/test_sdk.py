@@ -42,7 +42,7 @@ def test_rows_round_trip_through_the_streams(tmp_path: Path) -> None:
     assert rows[0]["extra"] == [("my_metric", 7.0)] and rows[1]["extra"] is None
     assert rows[1]["skipped"] is True and rows[1]["loss"] != rows[1]["loss"]
     routing = read_table(tmp_path, "routing")[0].to_pylist()
-    assert [(r["expert"], r["tokens"], r["dropped"]) for r in routing] == [(0, 3, 0), (1, 4, 1), (2, 5, 0)]
+    assert [(r["layer"], r["tokens"], r["dropped"]) for r in routing] == [(1, [3, 4, 5], [0, 1, 0])]
     assert routing[0]["capacity"] == 4 and routing[0]["entropy"] == 0.75
     events = read_table(tmp_path, "events")[0].to_pylist()
     assert events[0]["kind"] == "checkpoint_save_end" and '"/ckpt"' in events[0]["detail"]

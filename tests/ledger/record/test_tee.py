@@ -18,7 +18,7 @@ def _run(tmp_path: Path, writes: list[bytes], consumer=None, redactor: Redactor 
     err_r, err_w = os.pipe()
     terminal = io.BytesIO()
     log = tmp_path / "output.log"
-    tee = Tee(log, StreamRedactor(redactor or Redactor({})).feed, (terminal, io.BytesIO()), consumer=consumer)
+    tee = Tee(log, StreamRedactor(redactor or Redactor({})).feed_bytes, (terminal, io.BytesIO()), consumer=consumer)
     tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
 
     def child() -> None:
@@ -71,10 +71,12 @@ def test_pem_block_left_open_by_one_batch_is_redacted_in_the_next() -> None:
     assert "secretline" not in first + second and "ok\n" in first and "later line" in second
 
 
-def test_consumer_gets_complete_lines(tmp_path: Path) -> None:
+def test_consumer_gets_complete_lines_as_the_log_keeps_them(tmp_path: Path) -> None:
     seen: list[bytes] = []
-    _run(tmp_path, [b"a\nb", b"c\nd\n"], consumer=seen.extend)
-    assert seen == [b"a", b"bc", b"d"]
+    token = "glpat-" + "Zq8" * 8
+    _, log = _run(tmp_path, [b"a\nb", b"c\nd\n", f"key {token}\n".encode()], consumer=seen.append)
+    assert all(batch.endswith(b"\n") for batch in seen)
+    assert b"".join(seen) == log == f"a\nbc\nd\nkey {REDACTED}\n".encode()
 
 
 def test_secrets_in_the_log_are_redacted_but_not_on_the_terminal(tmp_path: Path) -> None:

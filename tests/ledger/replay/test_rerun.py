@@ -24,7 +24,7 @@ def _fake_distribution(root: Path, name: str, version: str) -> Path:
     return root
 
 
-def test_cpu_receipt_reruns_identically(ledger_cli, ledger_dir) -> None:
+def test_cpu_receipt_reruns_identically_and_at_another_scale(ledger_cli, ledger_dir) -> None:
     ledger_cli("record", "--name", "base", "--", *TINY, check=True)
     out = ledger_cli("rerun", "base")
     assert out.returncode == 0, out.stderr
@@ -35,6 +35,17 @@ def test_cpu_receipt_reruns_identically(ledger_cli, ledger_dir) -> None:
     rerun = load_receipt(ledger_dir, rows[1]["id"])
     assert rerun["links"]["replicates"] == rows[0]["id"] and rerun["tags"]["rerun_of"] == rows[0]["id"][:12]
 
+    # the same receipt at another scale (one record serves both: each record costs a torch start-up)
+    out = ledger_cli("rerun", "base", "--scale", "layers=x2", "--set", "steps=6")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(ledger_cli("ls", "--json").stdout)
+    assert len(rows) == 3
+    scaled = load_receipt(ledger_dir, rows[2]["id"])
+    assert scaled["workload"]["model"]["layers"] == 2 and scaled["summary"]["steps"] == 6
+    assert scaled["links"]["replicates"] == rows[0]["id"]
+    bad = ledger_cli("rerun", "base", "--scale", "depth=2")
+    assert bad.returncode == 2 and "unknown scale dimension" in bad.stderr and "layers, width" in bad.stderr
+
 
 def test_drift_is_reported_and_the_rerun_still_records(ledger_cli, ledger_dir, tmp_path) -> None:
     extra = _fake_distribution(tmp_path / "site", "stackreceipt-drift-probe", "1.0")
@@ -43,18 +54,6 @@ def test_drift_is_reported_and_the_rerun_still_records(ledger_cli, ledger_dir, t
     assert "stack drift since" in out.stderr and "stackreceipt-drift-probe 1.0 -> -" in out.stderr
     assert out.returncode == 0 and "\nreproduced: " in out.stdout
     assert len(json.loads(ledger_cli("ls", "--json").stdout)) == 2
-
-
-def test_rerun_at_another_scale(ledger_cli, ledger_dir) -> None:
-    ledger_cli("record", "--name", "small", "--", *TINY, check=True)
-    out = ledger_cli("rerun", "small", "--scale", "layers=x2", "--set", "steps=6")
-    assert out.returncode == 0, out.stderr
-    rows = json.loads(ledger_cli("ls", "--json").stdout)
-    scaled = load_receipt(ledger_dir, rows[1]["id"])
-    assert scaled["workload"]["model"]["layers"] == 2 and scaled["summary"]["steps"] == 6
-    assert scaled["links"]["replicates"] == rows[0]["id"]
-    bad = ledger_cli("rerun", "small", "--scale", "depth=2")
-    assert bad.returncode == 2 and "unknown scale dimension" in bad.stderr and "layers, width" in bad.stderr
 
 
 def test_imported_and_redacted_launches_cannot_be_rebuilt() -> None:

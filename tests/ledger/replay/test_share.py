@@ -1,16 +1,23 @@
-"""Sharing a ledger through a DVC remote: recorded in one clone, pushed to a local directory remote, pulled in
-a second clone, then listed, verified and compared there. An unreachable remote leaves the ledger untouched."""
+"""Sharing a ledger through a remote, against a real S3 API (moto's server): push uploads only what the remote
+lacks, pull fetches only what is new and verifies it, two clones pushing at once lose nothing, credentials
+never land in a file or an output, and an unreachable remote leaves the ledger untouched."""
 
 from __future__ import annotations
 
-import json
 import subprocess
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import BIN, child_env
 
-TINY = ["python", "-m", "runners.moe", "--config", "tiny", "--set", "steps=10", "--set", "model.layers=1"]
+import ledger
+from ledger.replay import share
+from ledger.store.integrity import verify_receipt
+from ledger.store.receipts import Ledger
+
+LEDGER = str(BIN / "ledger")
 
 
 def _sh(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -20,58 +27,118 @@ def _sh(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
-def _git_commit(repo: Path, message: str) -> None:
-    _sh(["git", "add", "-A"], repo)
-    _sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], repo)
+def _versions(s3: Any, bucket: str) -> Counter[str]:
+    """How many times each key was written (the bucket is versioned)."""
+    pages = s3.client().get_paginator("list_object_versions").paginate(Bucket=bucket)
+    return Counter(v["Key"] for page in pages for v in page.get("Versions", []))
 
 
-@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
-def test_push_pull_between_clones(tmp_path: Path) -> None:
-    first, second, remote = tmp_path / "first", tmp_path / "second", tmp_path / "remote"
-    first.mkdir()
-    _sh(["git", "init", "-q"], first)
-    _sh([str(BIN / "dvc"), "init", "-q"], first)
-    _sh([str(BIN / "dvc"), "remote", "add", "-d", "team", str(remote)], first)
-    (first / ".gitignore").write_text("/receipts/\n")  # the ledger is shared through DVC, not git
-    _git_commit(first, "init")
-    ledger = [str(BIN / "ledger")]
-    _sh([*ledger, "record", "--name", "a", "--", *TINY], first)
-    _sh([*ledger, "record", "--name", "b", "--", *TINY, "--set", "precision=bf16"], first)
-    pushed = _sh([*ledger, "push"], first)
-    assert "pushed" in pushed.stdout and (first / "receipts.dvc").is_file()
-    _git_commit(first, "ledger snapshot")
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_ino) for p in root.rglob("*")
+            if p.is_file() and "index.duckdb" not in p.name}
 
-    _sh(["git", "clone", "-q", str(first), str(second)], tmp_path)
-    assert not (second / "receipts").exists()
-    pulled = _sh([*ledger, "pull"], second)
-    assert "pulled" in pulled.stdout
-    listed = json.loads(_sh([*ledger, "ls", "--json"], second).stdout)
-    assert [r["name"] for r in listed] == ["a", "b"]
-    assert not (second / "receipts" / ".staging").exists()
-    verified = _sh([*ledger, "verify"], second)
-    assert "2 receipt(s) checked, 0 damaged" in verified.stdout
-    compared = json.loads(_sh([*ledger, "compare", "a", "b", "--json"], second).stdout)
+
+@pytest.mark.slow
+def test_push_pull_between_clones(tmp_path: Path, s3: Any, source: dict[str, str], clone: Any,
+                                  make_dvc_repo: Any) -> None:
+    bucket = s3.bucket(versioned=True)
+    first = make_dvc_repo(tmp_path / "first", f"s3://{bucket}/team-ledger", s3.endpoint)
+    second = make_dvc_repo(tmp_path / "second", f"s3://{bucket}/team-ledger", s3.endpoint)
+    clone(first / "receipts", "a", "b")
+
+    pushed = _sh([LEDGER, "push"], first)
+    assert pushed.stdout.strip() == "pushed 2 receipt(s) to the default DVC remote (0 already there)"
+    keys = _versions(s3, bucket)
+    files = {p for i in ("a", "b") for p in (Ledger(first / "receipts").path(source[i])).iterdir()}
+    assert len(keys) == len(files) + 2 and set(keys.values()) == {1}  # every file and one marker per receipt
+
+    pulled = _sh([LEDGER, "pull"], second)
+    assert pulled.stdout.strip() == "pulled 2 receipt(s) from the default DVC remote (0 already here)"
+    assert "2 receipt(s) checked, 0 damaged" in _sh([LEDGER, "verify"], second).stdout
+    pulled_ledger = ledger.open(second / "receipts")  # indexed by the pull: listed and compared by name
+    assert sorted(r.name for r in pulled_ledger.receipts()) == ["a", "b"]
+    compared = pulled_ledger.compare("a", "b", attribution=False).to_json()
     assert [c["factor"] for c in compared["changed_factors"]] == ["precision"]
+    assert not [p for p in (second / "receipts").iterdir() if p.name.startswith(".tmp-")]
+
+    # one more receipt in the first clone: push uploads only it, pull fetches only it
+    clone(first / "receipts", "c")
+    again = share.push(Ledger(first / "receipts"))
+    assert (again.moved, again.already) == ([source["c"]], 2)
+    assert set(_versions(s3, bucket).values()) == {1}  # nothing uploaded twice
+    before = _tree(second / "receipts")
+    fetched = share.pull(Ledger(second / "receipts"))
+    assert (fetched.moved, fetched.already) == ([source["c"]], 2)
+    after = _tree(second / "receipts")
+    assert {k: v for k, v in after.items() if k in before} == before  # what was here is untouched
+    assert {k.split("/")[-2] for k in set(after) - set(before)} == {source["c"]}
+    assert share.pull(Ledger(second / "receipts")).moved == []
 
 
-def test_unreachable_remote_leaves_the_ledger_untouched(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _sh(["git", "init", "-q"], repo)
-    _sh([str(BIN / "dvc"), "init", "-q"], repo)
+@pytest.mark.slow
+def test_concurrent_pushes_lose_nothing_and_store_no_secret(tmp_path: Path, s3: Any, source: dict[str, str],
+                                                            clone: Any, make_dvc_repo: Any,
+                                                            planted_secret: str) -> None:
+    bucket = s3.bucket()
+    url = f"s3://{bucket}/shared"
+    one = make_dvc_repo(tmp_path / "one", url, s3.endpoint)
+    two = make_dvc_repo(tmp_path / "two", url, s3.endpoint)
+    clone(one / "receipts", "a", "c")
+    clone(two / "receipts", "b", "c", "d")
+    # a run recorded with the planted key in its environment, so the receipt had the chance to keep it
+    recorded = _sh([LEDGER, "record", "--name", "with-key", "--", "python", "-c", "print('trained')"], one)
+    assert recorded.returncode == 0
+
+    pushes = [subprocess.Popen([LEDGER, "push"], cwd=repo, env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for repo in (one, two)]
+    outputs = [p.communicate(timeout=300) for p in pushes]
+    assert [p.returncode for p in pushes] == [0, 0], outputs
+
+    third = make_dvc_repo(tmp_path / "third", url, s3.endpoint)
+    pulled = _sh([LEDGER, "pull"], third)
+    assert pulled.stdout.startswith("pulled 5 receipt(s)")
+    union = set(Ledger(one / "receipts").ids()) | set(Ledger(two / "receipts").ids())
+    assert len(union) == 5 and set(Ledger(third / "receipts").ids()) == union
+    assert all(verify_receipt(Ledger(third / "receipts"), i) == [] for i in union)
+
+    written = [p for repo in (one, two, third) for p in repo.rglob("*") if p.is_file()]
+    assert any(p.name == "config" and p.parent.name == ".dvc" for p in written)
+    leaked = [p for p in written if planted_secret.encode() in p.read_bytes()]
+    assert leaked == []
+    said = "".join(o for pair in outputs for o in pair) + recorded.stdout + recorded.stderr + pulled.stdout \
+        + pulled.stderr
+    assert planted_secret not in said
+    objects = s3.client().list_objects_v2(Bucket=bucket)["Contents"]
+    assert not [o["Key"] for o in objects
+                if planted_secret.encode() in s3.client().get_object(Bucket=bucket, Key=o["Key"])["Body"].read()]
+
+
+@pytest.mark.slow
+def test_unreachable_remote_leaves_the_ledger_untouched(tmp_path: Path, source: dict[str, str], clone: Any,
+                                                        make_dvc_repo: Any) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _sh([str(BIN / "dvc"), "remote", "add", "-d", "gone", str(blocker / "remote")], repo)
-    ledger = [str(BIN / "ledger")]
-    _sh([*ledger, "record", "--name", "a", "--", *TINY], repo)
-    before = {p.relative_to(repo / "receipts"): p.read_bytes() for p in (repo / "receipts").rglob("*")
-              if p.is_file() and "index.duckdb" not in p.name}
-    failed = _sh([*ledger, "push"], repo, check=False)
-    assert failed.returncode == 1 and failed.stderr.startswith("Error: dvc push to the default remote failed")
+    repo = make_dvc_repo(tmp_path / "repo", str(blocker / "remote"))  # a directory under a file: unreachable
+    clone(repo / "receipts", "a")
+    before = {p.relative_to(repo / "receipts"): p.read_bytes() for p in (repo / "receipts").rglob("*") if p.is_file()}
+    failed = _sh([LEDGER, "push"], repo, check=False)
+    assert failed.returncode == 1 and failed.stderr.startswith("Error: ")
+    assert "the default DVC remote failed" in failed.stderr
     assert "the local ledger is untouched" in failed.stderr
     after = {p.relative_to(repo / "receipts"): p.read_bytes() for p in (repo / "receipts").rglob("*")
              if p.is_file() and "index.duckdb" not in p.name}
     assert after == before
-    assert "1 receipt(s) checked, 0 damaged" in _sh([*ledger, "verify"], repo).stdout
-    no_repo = _sh([*ledger, "push", "--ledger", str(tmp_path / "elsewhere")], tmp_path, check=False)
-    assert no_repo.returncode == 2
+    (tmp_path / "elsewhere").mkdir()
+    no_repo = _sh([LEDGER, "push", "--ledger", str(tmp_path / "elsewhere")], tmp_path, check=False)
+    assert no_repo.returncode == 2 and "no DVC repository contains" in no_repo.stderr
+
+
+def test_pull_leaves_out_a_damaged_remote_receipt(tmp_path: Path, source: dict[str, str], clone: Any) -> None:
+    remote = tmp_path / "remote"
+    share.push(Ledger(clone(tmp_path / "src", "a", "b")), str(remote))
+    damaged = remote / share.RECEIPTS / source["b"] / "steps.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\0")
+    pulled = share.pull(Ledger(tmp_path / "dst"), str(remote))
+    assert pulled.moved == [source["a"]] and list(pulled.damaged) == [source["b"]]
+    assert "steps.parquet" in pulled.damaged[source["b"]]
+    assert Ledger(tmp_path / "dst").ids() == [source["a"]]

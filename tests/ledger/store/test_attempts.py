@@ -11,7 +11,7 @@ from conftest import BIN, child_env
 
 from ledger.errors import AmbiguousRef, BadInput
 from ledger.store import index
-from ledger.store.attempts import auto_link, check_attempts, is_resume, load_run
+from ledger.store.attempts import auto_link, check_attempts, is_resume, logical_run
 from ledger.store.receipts import Ledger
 from schemas import Receipt
 from schemas.receipt import Task, Workload
@@ -41,18 +41,18 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Ledger:
 
 def test_a_logical_run_is_the_first_attempt_and_its_restarts(ledger: Ledger) -> None:
     with index.reader(ledger) as con:
-        run = load_run(con, "x")
+        run = logical_run(con, "x")
         first = run.attempts[0]
         assert [r.attempt for r in run.attempts] == [1, 2] and run.id == first.id
         assert run.attempts[1].links.attempt_of == first.id and run.name == "x"
         # any attempt's id (or prefix) names the same logical run
-        assert load_run(con, run.attempts[1].id[:8]).ids == run.ids
+        assert logical_run(con, run.attempts[1].id[:8]).ids == run.ids
 
 
 def test_auto_link_a_resumed_launch_of_the_same_name(ledger: Ledger) -> None:
     root = ledger.root.parent
     with index.reader(ledger) as con:
-        first = load_run(con, "x").id
+        first = logical_run(con, "x").id
     resume = ["python", "-m", "runners.moe", "--config", "tiny", "--checkpoint-dir", "ck", "--resume"]
     assert auto_link(ledger, "x", resume, cwd=root) == first
     assert auto_link(ledger, "x", [*resume[:-1], "--resume=true"], cwd=root) == first

@@ -133,7 +133,7 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
     out = ledger_cli("verify")
     assert out.returncode == 1
     for victim, message in ((a, "table steps: 5 rows in the index, 5 in steps.parquet, values differ"),
-                            (c, "table routing: 8 rows in the index, 10 in routing.parquet"),  # 5 steps x 2 experts
+                            (c, "table routing: 4 rows in the index, 5 in routing.parquet"),  # a row per step (1 layer)
                             (c, "its receipts row differs from receipt.json"), (b, "listed as damaged (made up)")):
         assert f"{victim[:12]} index.duckdb: {message}" in out.stdout, out.stdout
     refused = ledger_cli("compare", a, b, "--json")
@@ -188,3 +188,25 @@ def test_signed_attestation_verifies_and_fails_after_tampering(ledger3, ledger_c
     _garbage(ledger_dir / rid / "steps.parquet")
     damaged = ledger_cli("verify", "--attestation", str(out), "--key", str(pub))
     assert damaged.returncode == 1 and f"{rid}/steps.parquet: sha256 does not match" in damaged.stdout
+
+
+def test_ls_names_rows_whose_files_changed_or_went_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
+    a, b, c = ledger3
+    ledger_cli("ls", check=True)  # indexed while intact
+    size = (ledger_dir / a / "steps.parquet").stat().st_size
+    _truncate(ledger_dir / a / "steps.parquet")
+    _edit_value(ledger_dir / b / "receipt.json")
+    (ledger_dir / c / "evals.parquet").unlink()
+    out = ledger_cli("ls", "--json", check=True)
+    problems = {r["id"]: r["index_problem"] for r in json.loads(out.stdout)}
+    assert problems[a] == f"steps.parquet has changed (100 bytes; the receipt says {size})"
+    assert problems[b] == "receipt.json differs from its row in the index"
+    assert problems[c] == "evals.parquet is gone"
+    for victim in (a, b, c):
+        assert f"ledger: receipt {victim[:12]}: " in out.stderr
+    shutil.rmtree(ledger_dir / a)
+    shutil.rmtree(ledger_dir / b)
+    (ledger_dir / c / "receipt.json").unlink()
+    out = ledger_cli("ls", "--json", check=True)
+    assert [(r["id"], r["index_problem"]) for r in json.loads(out.stdout)] == [
+        (c, f"{ledger_dir / c / 'receipt.json'} is missing")]

@@ -22,7 +22,7 @@ def test_moe_layer_trains_on_cpu_and_is_recorded(ledger_cli, ledger_dir: Path) -
     assert proc.returncode == 0, proc.stderr
     (rid,) = ids_in(ledger_dir)
     r = load_receipt(ledger_dir, rid)
-    assert r["status"] == "succeeded" and r["summary"]["steps"] == 3 and r["summary"]["routing_rows"] == 3 * 4
+    assert r["status"] == "succeeded" and r["summary"]["steps"] == 3 and r["summary"]["routing_rows"] == 3
     assert r["stack"]["software"]["megatron_core"] is not None
     w = r["workload"]
     assert w["kernels"]["dispatcher"] == "allgather" and w["model"]["num_experts"] == 4 and w["device"] == "cpu"
@@ -30,4 +30,4 @@ def test_moe_layer_trains_on_cpu_and_is_recorded(ledger_cli, ledger_dir: Path) -
     assert all(s["aux_loss"] is not None and s["aux_loss"] > 0 for s in steps)
     routing = pq.read_table(ledger_dir / rid / "routing.parquet").to_pylist()
     for step in (1, 2, 3):  # every token goes to top-2 experts: 8 tokens x 2 assignments per step
-        assert sum(row["tokens"] for row in routing if row["step"] == step) == 8 * 2 * 2
+        assert sum(sum(row["tokens"]) for row in routing if row["step"] == step) == 8 * 2 * 2

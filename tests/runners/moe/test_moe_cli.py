@@ -24,7 +24,7 @@ from runners.moe.configs import CONFIGS
         (["--config", "tiny", "--set", "moe.capacity_factor=0"], "moe.capacity_factor must be > 0"),
         (["--config", "tiny", "--set", "moe.capacity_factor=-1.5"], "moe.capacity_factor must be > 0"),
         (
-            ["--config", "tiny", "--set", "precision=fp8"],
+            ["--config", "tiny", "--set", "precision=fp8", "--set", "fp8_backend=te"],
             "precision=fp8 needs a CUDA device and Transformer Engine",
         ),
         (

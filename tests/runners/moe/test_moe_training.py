@@ -90,21 +90,18 @@ def test_routing_rows_add_up(kit: Any, full_run: Path) -> None:
     read_table = kit.read
     routing = read_table(full_run / "run", "routing").to_pylist()
     T, K, E = 8 * 32, 2, 4
-    by_layer: dict[tuple[int, int], list[dict[str, int]]] = {}
-    for r in routing:
-        by_layer.setdefault((r["step"], r["layer"]), []).append(r)
-    assert len(by_layer) == 12 * 2
+    assert sorted((r["step"], r["layer"]) for r in routing) == [(s, lay) for s in range(1, 13) for lay in (0, 1)]
     total_dropped = 0
-    for rows in by_layer.values():
-        assert sorted(r["expert"] for r in rows) == list(range(E))
-        assert sum(r["tokens"] for r in rows) == T * K
-        C = rows[0]["capacity"]
+    for r in routing:  # a row per (step, layer), counts by expert
+        assert len(r["tokens"]) == len(r["dropped"]) == E
+        assert sum(r["tokens"]) == T * K
+        C = r["capacity"]
         assert C == -(-T * K // E)  # ceil(1.0 * T * K / E)
-        for r in rows:
-            kept = r["tokens"] - r["dropped"]
-            assert 0 <= kept <= C and kept == min(r["tokens"], C)
-            assert 0 <= r["entropy"] <= 1
-        total_dropped += sum(r["dropped"] for r in rows)
+        for n, d in zip(r["tokens"], r["dropped"], strict=True):
+            kept = n - d
+            assert 0 <= kept <= C and kept == min(n, C)
+        assert 0 <= r["entropy"] <= 1
+        total_dropped += sum(r["dropped"])
     assert total_dropped > 0
 
 

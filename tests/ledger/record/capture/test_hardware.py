@@ -146,3 +146,107 @@ def test_nvml_api_lost_gpu_is_counted_and_reported() -> None:
     assert hardware.gpu_count == 2 and hardware.gpu_model == "NVIDIA H200"
     assert hardware.gpus[1].name is None
     assert hardware.error is not None and hardware.error.startswith("gpu 1: ")
+
+
+class Clocked(StandIn):
+    """A node of four GPUs with clocks, ECC and PCI ids: GPUs 0 and 1 joined by two direct NVLinks, GPUs
+    2 and 3 each with two links to an NVSwitch, GPU 3 with ECC off and one uncorrected error."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 1, 0
+    PEERS = {(0, 0): "00000000:19:00.0", (0, 1): "00000000:19:00.0", (1, 0): "00000000:18:00.0",
+             (1, 1): "00000000:18:00.0", (2, 0): "00000000:A0:00.0", (2, 1): "00000000:A1:00.0",
+             (3, 0): "00000000:A0:00.0", (3, 1): "00000000:A1:00.0"}
+    BUS = ["0000:18:00.0", "0000:19:00.0", "0000:3B:00.0", "0000:3C:00.0"]  # 4-digit domain, as some drivers
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int:
+        return 1980 if clock == self.NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetApplicationsClock(self, h: int, clock: int) -> int:
+        if clock == self.NVML_CLOCK_SM:
+            return 1755 if h == 2 else 1980
+        return 2619
+
+    def nvmlDeviceGetEccMode(self, h: int) -> list[int]:
+        return [0, 1] if h == 3 else [1, 1]  # current, pending
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
+        assert (kind, counter) == (1, 0)
+        return 1 if h == 3 else 0
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> Any:
+        return type("Pci", (), {"busId": self.BUS[h].encode()})()
+
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        return 1 if link < 2 else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> Any:
+        return type("Pci", (), {"busId": self.PEERS[(h, link)].encode()})()
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
+        if {a, b} == {1, 2}:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 10 if {a, b} <= {0, 1} else 50  # PIX, SYS
+
+
+def test_clocks_ecc_and_topology_through_nvml_api() -> None:
+    hardware, _ = read_nvml(Clocked(["NVIDIA H200"] * 4))
+    g0, _, g2, g3 = hardware.gpus
+    assert (g0.sm_clock_max_mhz, g0.sm_clock_app_mhz, g0.mem_clock_app_mhz) == (1980, 1980, 2619)
+    assert g2.sm_clock_app_mhz == 1755
+    assert (g0.ecc_enabled, g0.ecc_uncorrected, g3.ecc_enabled, g3.ecc_uncorrected) == (True, 0, False, 1)
+    assert g0.pci_bus_id == "0000:18:00.0"
+    # by hand: 0-1 two direct links (each end sees both); 2-3 two links each to the NVSwitch (A0, A1: no
+    # GPU's bus); 0-2, 0-3, 1-3 no NVLink in common: the PCIe ancestor (SYS); 1-2 refused: left out
+    assert hardware.gpu_topology == ("0-1 NV2", "0-2 SYS", "0-3 SYS", "1-3 SYS", "2-3 NV2")
+
+
+def test_clocks_ecc_topology_not_offered_stay_unknown() -> None:
+    """An NVML without these calls (the plain stand-in) gives None: shown as not available, never a guess."""
+    hardware, _ = read_nvml(StandIn(["NVIDIA H200", "NVIDIA H200"]))
+    assert all(g.sm_clock_app_mhz is None and g.ecc_enabled is None and g.pci_bus_id is None for g in hardware.gpus)
+    assert hardware.gpu_topology == ()
+
+
+def _sysfs(root: Any, cpus: int, governors: list[str] | None, numa: int, siblings: str) -> Any:
+    for c in range(cpus):
+        d = root / "devices" / "system" / "cpu" / f"cpu{c}"
+        (d / "topology").mkdir(parents=True)
+        (d / "topology" / "physical_package_id").write_text(f"{c * 2 // cpus}\n")
+        (d / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+        if governors is not None:
+            (d / "cpufreq").mkdir()
+            (d / "cpufreq" / "scaling_governor").write_text(governors[c % len(governors)] + "\n")
+            (d / "cpufreq" / "cpuinfo_max_freq").write_text(f"{3_700_000 if c else 3_500_000}\n")
+    (root / "devices" / "system" / "cpu" / "cpufreq").mkdir(exist_ok=True)  # not a cpuN directory
+    for n in range(numa):
+        (root / "devices" / "system" / "node" / f"node{n}").mkdir(parents=True)
+    return root
+
+
+def test_cpu_facts_from_a_sysfs_tree(tmp_path: Any) -> None:
+    from ledger.record.capture.hardware import cpu_facts
+
+    two = _sysfs(tmp_path / "a", 8, ["performance"], 2, "0,4")
+    assert cpu_facts(two) == {"cpu_sockets": 2, "numa_nodes": 2, "threads_per_core": 2,
+                              "cpu_governor": "performance", "cpu_max_mhz": 3700}
+    mixed = _sysfs(tmp_path / "b", 4, ["performance", "powersave"], 1, "0-3")
+    assert cpu_facts(mixed)["cpu_governor"] == "mixed: performance, powersave"
+    assert cpu_facts(mixed)["threads_per_core"] == 4
+    bare = _sysfs(tmp_path / "c", 2, None, 0, "0")  # a VM without cpufreq: not available
+    assert cpu_facts(bare) == {"cpu_sockets": 2, "numa_nodes": None, "threads_per_core": 1,
+                               "cpu_governor": None, "cpu_max_mhz": None}
+    assert cpu_facts(tmp_path / "nothing") == dict.fromkeys(cpu_facts(bare), None)
+
+
+def test_cpu_facts_of_this_machine_agree_with_sysfs() -> None:
+    from pathlib import Path
+
+    hardware, _ = capture_hardware()
+    governors = sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"))
+    if governors:
+        assert hardware.cpu_governor is not None and hardware.cpu_max_mhz is not None
+    else:
+        assert hardware.cpu_governor is None  # said as "not available", never guessed
+    packages = {p.read_text() for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id")}
+    assert hardware.cpu_sockets == (len(packages) or None)
