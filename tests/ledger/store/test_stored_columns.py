@@ -38,7 +38,9 @@ def known_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, str, fl
         run.log_eval(2, 0.5, metric="accuracy", split="test", source=None)
         run.log_routing(2, 1, [5, 3], dropped=[1, 0], capacity=4, entropy=0.75)
         run.log_timing(2, "all_to_all", 0.125)
-        run.log_telemetry("gpu0", power_w=300.5, energy_j=1000.0, utilization=0.5, memory_bytes=2048, time_s=before)
+        run.log_telemetry("gpu0", power_w=300.5, energy_j=1000.0, utilization=0.5, memory_bytes=2048, time_s=before,
+                          sm_clock_mhz=1980.0, memory_clock_mhz=2619.0, temperature_c=61.5, ecc_corrected=2,
+                          ecc_uncorrected=0)
         run.event("checkpoint_save_start", step=2, path="ckpt/2")
     after = time.time()
     assert rec.receipt is not None
@@ -72,9 +74,9 @@ def test_every_column_of_every_table_is_stored_as_logged(known_run: tuple[Ledger
         {"rank": 0, "step": 2, "tokens": None, "split": "test", "source": None, "metric": "accuracy", "value": 0.5}]
 
     assert pq.read_schema(d / "routing.parquet").names == ROUTING.names
+    # schema v5: one row per rank, step and layer, with the per-expert counts as lists
     assert rows(d / "routing.parquet") == [
-        {"rank": 0, "step": 2, "layer": 1, "expert": 0, "tokens": 5, "dropped": 1, "capacity": 4, "entropy": 0.75},
-        {"rank": 0, "step": 2, "layer": 1, "expert": 1, "tokens": 3, "dropped": 0, "capacity": 4, "entropy": 0.75}]
+        {"rank": 0, "step": 2, "layer": 1, "tokens": [5, 3], "dropped": [1, 0], "capacity": 4, "entropy": 0.75}]
 
     assert pq.read_schema(d / "timing.parquet").names == TIMING.names
     assert rows(d / "timing.parquet") == [{"rank": 0, "step": 2, "phase": "all_to_all", "seconds": 0.125}]
@@ -82,7 +84,9 @@ def test_every_column_of_every_table_is_stored_as_logged(known_run: tuple[Ledger
     telemetry = [t for t in rows(d / "telemetry.parquet") if t["rank"] == 0]  # the SDK's, not the wrapper's
     assert pq.read_schema(d / "telemetry.parquet").names == TELEMETRY.names
     assert telemetry == [{"rank": 0, "time": before, "node": socket.gethostname(), "device": "gpu0",
-                          "power_w": 300.5, "energy_j": 1000.0, "utilization": 0.5, "memory_bytes": 2048}]
+                          "power_w": 300.5, "energy_j": 1000.0, "utilization": 0.5, "memory_bytes": 2048,
+                          "sm_clock_mhz": 1980.0, "memory_clock_mhz": 2619.0, "temperature_c": 61.5,
+                          "ecc_corrected": 2, "ecc_uncorrected": 0}]
 
     events = rows(d / "events.parquet")
     assert pq.read_schema(d / "events.parquet").names == EVENTS.names
@@ -100,7 +104,7 @@ def test_the_artifacts_list_each_table_with_its_rows(known_run: tuple[Ledger, st
     for name in ("steps", "evals", "routing", "timing", "events", "telemetry"):
         a = by_path[f"{name}.parquet"]
         assert a["rows"] == pq.read_metadata(lg.path(rid) / a["path"]).num_rows
-    assert (by_path["steps.parquet"]["rows"], by_path["routing.parquet"]["rows"]) == (2, 2)
+    assert (by_path["steps.parquet"]["rows"], by_path["routing.parquet"]["rows"]) == (2, 1)
     assert receipt["attempt"] == 3 and receipt["name"] == "known" and receipt["tags"] == {"k": "v"}
 
 
