@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test bench lint schemas clean
+.PHONY: demo test bench lint schemas clean mutation
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,15 @@ $(VENV)/.system: | $(PY)
 TEST_JOBS ?= 2
 test: $(VENV)/.dev $(VENV)/.system
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+
+$(VENV)/.mutation: $(VENV)/.dev
+	$(PIP) -e ".[mutation]"
+	@touch $@
+
+# Not in CI (slow): the hand-planted bugs of issue 23, each caught by a test, then mutation testing of the
+# core modules (per-module kill rates as JSON lines; docs/mutation.md). MUTATION_ARGS: e.g. --only stats --sample 10
+mutation: $(VENV)/.mutation
+	$(PY) scripts/mutation/plants.py; planted=$$?; $(PY) scripts/mutation/run.py $(MUTATION_ARGS) && exit $$planted
 
 bench: $(VENV)/.bench
 	bash bench/run_all.sh

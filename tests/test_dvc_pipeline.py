@@ -48,6 +48,7 @@ def first_repro(repo: Path) -> str:
     return _sh([str(BIN / "dvc"), "repro"], repo)
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
 def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> None:
     assert _ran(first_repro) == {"run@baseline", "run@bf16", "run@capacity", "run@bf16-capacity", "run@baseline-s1",
                                  "run@bf16-capacity-s1", "compare"}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,5 +216,6 @@ def test_cli_start_imports_no_heavy_module() -> None:
     code = ("import sys; from ledger.cli.app import cli; "
             "print(sorted(m for m in ('pydantic', 'pyarrow', 'duckdb', 'numpy', 'rich', 'schemas', 'torch') "
             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env=child_env())
     assert out.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import child_env
 
 import ledger
 import ledger.sdk
@@ -89,5 +90,6 @@ def test_the_facade_is_exported_and_import_ledger_stays_light() -> None:
     assert all(hasattr(ledger, name) for name in ledger.__all__)
     code = ("import sys, ledger, ledger.sdk; print(sorted(m for m in ('duckdb', 'torch', 'ledger.store.index', "
             "'ledger.analyses', 'ledger.planning', 'ledger.report', 'ledger.cli') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env=child_env())
     assert out.stdout.strip() == "[]"

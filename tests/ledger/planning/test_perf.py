@@ -26,7 +26,7 @@ def llm(**kw: float) -> Geometry:
 
 
 def test_geometry_counts_match_the_runner() -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason="the runner needs torch (the torch extra; `make test` installs it)")
     from runners.moe.configs import get_config
     from runners.moe.model import flops_per_token, param_counts
 

@@ -76,6 +76,7 @@ def test_a_node_that_never_reports_is_lost_after_the_timeout(tmp_path: Path) -> 
     assert steps.column("step").to_pylist() == [1, 2, 3]  # node 0's data all there
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine (CI durations)
 def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Path) -> None:
     node0 = _wrapper(tmp_path, 0, 2, 30.0)
     node1 = _wrapper(tmp_path, 1, 2, 0.0)

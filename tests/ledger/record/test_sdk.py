@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import child_env
 
 import ledger.sdk as sdk
 from ledger.store.merge import read_table
@@ -50,8 +50,8 @@ def test_rows_round_trip_through_the_streams(tmp_path: Path) -> None:
 
 
 def test_numpy_and_torch_scalars_are_accepted(tmp_path: Path) -> None:
-    np = pytest.importorskip("numpy")
-    torch = pytest.importorskip("torch")
+    import numpy as np
+    torch = pytest.importorskip("torch", reason="torch (the torch extra) is not installed; `make test` installs it")
     run = sdk.Run(tmp_path, rank=0, background=False)
     run.log_step(np.int64(1), loss=torch.tensor(1.5), tokens=np.int64(10), grad=np.float32(0.5))
     run.log_routing(1, 0, torch.tensor([1, 2]), dropped=np.array([0, 1]))
@@ -87,10 +87,13 @@ def test_a_crash_loses_at_most_the_last_second(tmp_path: Path) -> None:
         "    open('progress', 'w').write(str(i)) if i % 50 == 0 else None\n"
         "    time.sleep(0.002)\n"
     )
-    env = dict(os.environ, LEDGER_RUN_DIR=str(tmp_path / "run"))
+    env = child_env(LEDGER_RUN_DIR=str(tmp_path / "run"))  # the tree under test, not the editable install
     proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
-    time.sleep(3.0)
-    logged_before = int((tmp_path / "progress").read_text())
+    progress = tmp_path / "progress"
+    deadline = time.monotonic() + 120  # the child's start-up is slow on a loaded machine: wait for its first rows
+    while not (progress.exists() and progress.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    logged_before = int(progress.read_text())
     time.sleep(1.6)  # more than one flush interval
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -9,11 +9,12 @@ import sys
 from typing import Any
 
 import pytest
+from conftest import child_env
 
 from ledger.record.capture.hardware import capture_hardware, gpu_model, read_nvml
 from schemas.receipt import Drivers
 
-pynvml = pytest.importorskip("pynvml")  # the gpu extra (nvidia-ml-py); the dev setup installs it
+pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py (the gpu extra) is not installed; `make test` installs it")
 
 
 def test_host_facts() -> None:
@@ -48,7 +49,8 @@ def test_without_nvidia_ml_py() -> None:
     code = ("import sys; sys.modules['pynvml'] = None\n"
             "from ledger.record.capture.hardware import capture_hardware\n"
             "h, d = capture_hardware(); print(h.nvml, h.gpu_count, d.gpu_driver, h.cpu_cores is not None)")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=child_env()).stdout
     assert out.strip() == "nvidia-ml-py not installed 0 None True"
 
 

@@ -1,0 +1,42 @@
+"""The planted-bug check of `make mutation` stays true to the code: every bug's text to replace is still in
+its module exactly once, and its targeted tests exist (the check itself, slow, is `make mutation`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str) -> ModuleType:
+    path = ROOT / "scripts" / "mutation" / f"{name}.py"
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_mutation_{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))
+
+
+def test_every_plant_still_applies_to_the_tree() -> None:
+    plants = load("plants")
+    assert len(plants.PLANTS) == 13 and len({p.name for p in plants.PLANTS}) == 13
+    for plant in plants.PLANTS:
+        assert plants.check_anchor(plant, ROOT) is None, plant.name
+        assert plant.old != plant.new
+        assert all((ROOT / t.split("::")[0]).is_file() for t in plant.tests), plant.name
+
+
+def test_every_mutated_module_and_its_tests_exist() -> None:
+    run = load("run")
+    for module in run.MODULES:
+        assert all((ROOT / p).is_file() for p in module.paths), module.name
+        assert all((ROOT / t).is_file() for t in module.tests), module.name
+    assert run.pattern(10) == [] and run.pattern(3) == ["*__mutmut_*[051]"]
