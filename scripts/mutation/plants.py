@@ -88,7 +88,7 @@ PLANTS: tuple[Plant, ...] = (
           "ledger/analyses/stats.py", "batches.std(ddof=1) / math.sqrt(k))", "batches.std(ddof=1))",
           ("tests/ledger/analyses/test_exact_stats.py",)),
     Plant("ids-list-staging", "Ledger.ids listing the staging directory",
-          "ledger/store/receipts.py", "if is_receipt_dir(p) and p.is_dir()", "if p.is_dir()",
+          "ledger/store/layout.py", "if ID_RE.match(n) and (root / n).is_dir()", "if (root / n).is_dir()",
           ("tests/ledger/store/test_stored_columns.py",)),
     Plant("gate-boundary-strict", "a goodput/gate boundary: an eval exactly at the gate no longer meets it",
           "ledger/analyses/gates.py",
