@@ -115,7 +115,7 @@ def parse(expr: str) -> Callable[[dict[str, Any]], bool]:
         try:
             words = shlex.split(raw) if raw else [""]
         except ValueError as exc:
-            raise InvalidFilter(f"bad quoting in {part!r}: {exc}") from exc
+            raise InvalidFilter(f"bad quoting in {part!r} in --where: {exc}; close the quote") from exc
         if len(words) != 1:
             raise InvalidFilter(f"value {raw!r} in --where must be one word or one quoted string")
         conds.append(Cond(_key_path(key), op, words[0]))
