@@ -8,15 +8,14 @@ runs before any command uses a receipt (hashing costs about 50 ms for a million-
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
+from ledger.errors import DamagedReceipt, LedgerError, SchemaTooNew
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.publish import sha256_file
-from ledger.store.receipts import Ledger, parse_receipt
+from ledger.store.receipts import Ledger, parse_receipt, read_receipt_json
 from schemas import Receipt, canonical_json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -68,14 +67,7 @@ def _verify(
     directory = ledger.path(receipt_id)
     source = directory / RECEIPT_FILE
     try:
-        try:
-            raw = json.loads(source.read_bytes())
-        except FileNotFoundError as exc:
-            raise DamagedReceipt(f"{source} is missing; run `ledger verify {receipt_id[:12]}`") from exc
-        except (OSError, ValueError) as exc:
-            raise InvalidReceipt(f"{source}: not valid JSON ({exc})") from exc
-        if not isinstance(raw, dict):
-            raise InvalidReceipt(f"{source}: expected a JSON object")
+        raw = read_receipt_json(source, receipt_id)
         digest = raw_digest(raw)
         current = raw.get("schema_version") == SCHEMA_VERSION
         try:

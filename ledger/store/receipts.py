@@ -94,14 +94,7 @@ class Ledger:
     def read_raw(self, receipt_id: str) -> dict[str, Any]:
         """The receipt.json of a published receipt as a dict, migrated to the current schema."""
         path = self.path(receipt_id) / RECEIPT_FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise DamagedReceipt(f"{path} is missing; run `ledger verify {receipt_id[:12]}`") from exc
-        except (OSError, ValueError) as exc:
-            raise InvalidReceipt(f"{path}: not valid JSON ({exc})") from exc
-        if not isinstance(data, dict):
-            raise InvalidReceipt(f"{path}: expected a JSON object")
+        data = read_receipt_json(path, receipt_id)
         from schemas import SchemaVersionError, migrate
 
         try:
@@ -113,6 +106,20 @@ class Ledger:
         """A published receipt, validated; an invalid one raises an error naming the field."""
         data = self.read_raw(receipt_id)
         return parse_receipt(data, self.path(receipt_id) / RECEIPT_FILE)
+
+
+def read_receipt_json(path: Path, receipt_id: str) -> dict[str, Any]:
+    """A receipt.json as written (not migrated), or an error naming the file: missing (damaged: `ledger
+    verify` says more), not JSON, or not a JSON object."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise DamagedReceipt(f"{path} is missing; run `ledger verify {receipt_id[:12]}`") from exc
+    except (OSError, ValueError) as exc:
+        raise InvalidReceipt(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InvalidReceipt(f"{path}: expected a JSON object")
+    return data
 
 
 def parse_receipt(data: dict[str, Any], source: Path | str) -> Receipt:
