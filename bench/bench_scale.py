@@ -45,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_startup import interleaved, timed  # noqa: E402  (this folder: the same timing as the start-up bench)
+
 PUBLISH_GROWTH_TARGET = 1.5
 CLI_TARGET = 2.0
 REINDEX_FLOOR = 1000.0
@@ -104,24 +106,6 @@ def generate(root: Path, start: int, count: int, workers: int) -> float:
         done = sum(pool.imap_unordered(publish_range, jobs))
     assert done == count
     return time.perf_counter() - t0
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
-    out = subprocess.run(cmd, env=env, capture_output=True, check=False)
-    elapsed = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr.decode(errors='replace')[-3000:]}")
-    return elapsed
-
-
-def interleaved(commands: dict[str, list[str]], env: dict[str, str], n: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in commands}
-    names = list(commands)
-    for r in range(n):
-        for name in names[r % len(names):] + names[: r % len(names)]:
-            times[name].append(timed(commands[name], env))
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def direct(index_path: Path, sql: str) -> list[str]:

@@ -49,6 +49,16 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
+def interleaved(commands: dict[str, list[str]], env: dict[str, str], n: int) -> dict[str, float]:
+    """Median wall time of each command over ``n`` rounds, the order rotating every round."""
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    names = list(commands)
+    for r in range(n):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            times[name].append(timed(commands[name], env))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def golden(path: Path, loss: float) -> None:
     steps = {str(s): loss - 0.01 * s for s in range(1, 51)}
     path.write_text(json.dumps({"lm loss": {"start_step": 1, "end_step": 50, "step_interval": 1, "values": steps}}))
@@ -74,12 +84,7 @@ def main() -> None:
             "duckdb": [sys.executable, "-c", "import duckdb, pyarrow"],
             "duckdb_only": [sys.executable, "-c", "import duckdb"],
         }
-        times: dict[str, list[float]] = {k: [] for k in commands}
-        names = list(commands)
-        for r in range(args.n):
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                times[name].append(timed(commands[name], env))
-    med = {k: statistics.median(v) for k, v in times.items()}
+        med = interleaved(commands, env, args.n)
     help_ratio, ls_ratio = med["help"] / med["click"], med["ls"] / med["duckdb"]
     print(f"ledger --help {med['help'] * 1e3:.0f} ms, python -c 'import click' {med['click'] * 1e3:.0f} ms "
           f"(x{help_ratio:.2f}); ledger ls (3 receipts) {med['ls'] * 1e3:.0f} ms, "
