@@ -10,9 +10,8 @@ import signal
 
 FAULT_ENV = "LEDGER_FAULT_AT"
 PHASES = ("prelaunch", "launched", "running", "finalizing", "publishing", "published", "indexing")
-"""The wrapper's phases (`ledger record`), in order: the crash matrix kills it at each."""
-EXPORT_PHASES = ("exporting",)
-"""`ledger export`'s phases (its own crash test)."""
+"""The wrapper's phases (`ledger record`), in order: the crash matrix kills it at each (``exporting`` is
+`ledger export`'s, tested by its own crash test)."""
 
 
 def fault(phase: str) -> None:
