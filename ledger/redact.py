@@ -148,8 +148,10 @@ _Rule = tuple[re.Pattern[str], "str | _Sub", tuple[str, ...] | None]
 looked for in the lower-cased text, others as they are); None: always, over the whole text."""
 
 _PEM = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----.*?(?:-----END (?P=kind)-----|\Z)"
     r"|---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----.*?(?:---- END SSH2 ENCRYPTED PRIVATE KEY ----|\Z)", re.S)
+"""A PEM private key block, up to the END line of its own kind (another stream's block printed in the middle
+of this one does not end it) or the end of the text."""
 
 _WHOLE: tuple[_Rule, ...] = (
     # PEM private keys (whole block, over lines; an unterminated block is cut at the end of the text)
@@ -558,40 +560,91 @@ class Redactor:
 
 class StreamRedactor:
     """Redacts a stream handed over in batches of whole lines (the output log): :meth:`Redactor.text` per
-    batch, and a PEM key block that a batch leaves open is redacted in the next ones up to its END line."""
+    batch, and a PEM key block that a batch leaves open is redacted in the next ones up to its END line.
+
+    The log interleaves stdout and stderr line by line, so another stream's lines (even a whole key block of
+    another kind) may land inside an open block: while a block is open, its body lines (base64, armour
+    headers, blank) are redacted, any other line is redacted as usual and does not close it; the END line of
+    the block's own kind does. A block never ended closes after :data:`MAX_BLOCK_LINES` lines, so that an
+    unterminated key cannot swallow the rest of a log."""
 
     def __init__(self, redactor: Redactor) -> None:
         self.redactor = redactor
-        self.open_block = False
+        self.open: dict[str, int] = {}
+        """Kind of each open block (``RSA PRIVATE KEY``, ``SSH2``) -> lines seen since its BEGIN."""
+
+    @property
+    def open_block(self) -> bool:
+        return bool(self.open)
 
     def feed_bytes(self, batch: bytes) -> bytes:
         """:meth:`feed` of UTF-8 bytes (what the tee hands over); invalid sequences become U+FFFD."""
-        if self.open_block or any(mark in batch for mark in _PEM_MARKS):
+        if self.open or any(mark in batch for mark in _PEM_MARKS):
             return self.feed(batch.decode("utf-8", "replace")).encode("utf-8", "surrogatepass")
         return self.redactor.text_bytes(batch)
 
     def feed(self, batch: str) -> str:
         """One batch of whole lines, redacted."""
-        head = ""
-        if self.open_block:
-            end = _BLOCK_END.search(batch)
-            if end is None:
-                body = _BLOCK_BODY.match(batch)
-                cut = body.end() if body else 0
-                self.open_block = cut == len(batch)
-                head, batch = (REDACTED + "\n" if cut else ""), batch[cut:]
-            else:
-                head, batch = REDACTED, batch[end.end():]
-                self.open_block = False
-        out = self.redactor.text(batch)
-        blocks = _PEM.findall(batch)
-        if blocks and not _BLOCK_END.search(blocks[-1]):
-            self.open_block = True
-        return head + out
+        if not self.open and "-----BEGIN " not in batch and "---- BEGIN " not in batch:
+            return self.redactor.text(batch)
+        out: list[str] = []
+        plain: list[str] = []  # consecutive lines outside any block, redacted together
+
+        def flush() -> None:
+            if any(plain):
+                out.append(self.redactor.text("".join(plain)))
+                plain.clear()
+
+        def hide() -> None:  # one REDACTED line for a run of hidden lines
+            flush()
+            if not out or out[-1] != _HIDDEN:
+                out.append(_HIDDEN)
+
+        for line in batch.splitlines(keepends=True):
+            for kind in self.open:
+                self.open[kind] += 1
+            end = _BLOCK_END.search(line)
+            if end is not None and _kind(end) in self.open:
+                del self.open[_kind(end)]
+                hide()
+                rest = line[end.end():]
+                if rest.strip():
+                    plain.append(rest)
+                continue
+            self.open = {k: n for k, n in self.open.items() if n <= MAX_BLOCK_LINES}
+            if self.open and _BLOCK_LINE.fullmatch(line):
+                hide()
+                continue
+            begin = _BLOCK_BEGIN.search(line)
+            if begin is not None and not _ends(line, begin):
+                plain.append(line[:begin.start()])
+                self.open[_kind(begin)] = 0
+                hide()
+                continue
+            plain.append(line)
+        flush()
+        return "".join(out)
 
 
-_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|---- END SSH2 ENCRYPTED PRIVATE KEY ----")
-_BLOCK_BODY = re.compile(r"(?:[A-Za-z0-9+/=]*\r?\n|[\w-]+: [^\n]*\n)*")
+MAX_BLOCK_LINES = 400
+"""Lines after which a PEM block that never printed its END line is taken as ended (a 16384-bit RSA key is
+about 200 lines of base64)."""
+_HIDDEN = REDACTED + "\n"
+_BLOCK_BEGIN = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----"
+                          r"|---- BEGIN (?P<ssh2>SSH2) ENCRYPTED PRIVATE KEY ----")
+_BLOCK_END = re.compile(r"-----END (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----"
+                        r"|---- END (?P<ssh2>SSH2) ENCRYPTED PRIVATE KEY ----")
+_BLOCK_LINE = re.compile(r"[A-Za-z0-9+/=]*\r?\n?|[\w-]+: [^\n]*\n?")
+"""A line of a PEM block's body: base64 (the PGP checksum ``=abcd`` included), blank, or an armour header."""
+
+
+def _kind(m: re.Match[str]) -> str:
+    return m.group("kind") or m.group("ssh2")
+
+
+def _ends(line: str, begin: re.Match[str]) -> bool:
+    """Whether the block begun at ``begin`` ends on the same line (a key printed with escaped newlines)."""
+    return any(_kind(e) == _kind(begin) for e in _BLOCK_END.finditer(line, begin.end()))
 
 
 def _main() -> None:

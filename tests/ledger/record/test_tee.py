@@ -71,6 +71,44 @@ def test_pem_block_left_open_by_one_batch_is_redacted_in_the_next() -> None:
     assert "secretline" not in first + second and "ok\n" in first and "later line" in second
 
 
+def _key_lines(n: int, tag: str) -> list[str]:
+    return [f"{tag}{i}" + "Qm9keUxpbmU" * 5 for i in range(n)]
+
+
+def test_another_streams_key_block_inside_an_open_block_does_not_end_it() -> None:
+    """What CI once caught: stdout prints an OpenSSH key line by line, and stderr's PGP block, written at once,
+    lands between its lines. The PGP END line must not end the OpenSSH block: every body line stays hidden,
+    and the lines outside both blocks stay."""
+    ssh, pgp = _key_lines(4, "ssh"), _key_lines(3, "pgp")
+    feed = StreamRedactor(Redactor({})).feed
+    out = feed(f"ok\n-----BEGIN OPENSSH PRIVATE KEY-----\n{ssh[0]}\n{ssh[1]}\n")
+    out += feed("-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: x\n\n" + "\n".join(pgp)
+                + f"\n-----END PGP PRIVATE KEY BLOCK-----\nstderr line\n{ssh[2]}\n")
+    out += feed(f"{ssh[3]}\n-----END OPENSSH PRIVATE KEY-----\nafter\nloss: 0.5\n")
+    assert [line for line in ssh + pgp if line in out] == []
+    assert out.startswith("ok\n") and "\nstderr line\n" in out and out.endswith("\nafter\nloss: 0.5\n")
+
+
+def test_the_same_interleaving_in_one_text_is_redacted_whole() -> None:
+    ssh, pgp = _key_lines(3, "ssh"), _key_lines(2, "pgp")
+    text = ("-----BEGIN OPENSSH PRIVATE KEY-----\n" + ssh[0] + "\n-----BEGIN PGP PRIVATE KEY BLOCK-----\n"
+            + "\n".join(pgp) + "\n-----END PGP PRIVATE KEY BLOCK-----\n" + "\n".join(ssh[1:])
+            + "\n-----END OPENSSH PRIVATE KEY-----\nafter\n")
+    out = Redactor({}).text(text)
+    assert [line for line in ssh + pgp if line in out] == [] and out.endswith("after\n")
+
+
+def test_a_block_never_ended_stops_hiding_lines_after_its_limit() -> None:
+    from ledger.redact import MAX_BLOCK_LINES
+    feed = StreamRedactor(Redactor({})).feed
+    body = _key_lines(3, "k")
+    out = feed("-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body) + "\n")
+    out += feed("".join(f"step {i} loss 1.0\n" for i in range(MAX_BLOCK_LINES)))
+    out += feed("loss: 0.25\n")
+    assert [line for line in body if line in out] == [] and out.endswith("loss: 0.25\n")
+    assert "step 3 loss 1.0\n" in out  # a line that is no key body is never hidden
+
+
 def test_consumer_gets_complete_lines_as_the_log_keeps_them(tmp_path: Path) -> None:
     seen: list[bytes] = []
     token = "glpat-" + "Zq8" * 8
