@@ -45,6 +45,11 @@ class Hardware(BaseModel):
     """Device memory (HBM on GPUs, RAM on a CPU)."""
     hbm_bw: float = Field(gt=0)
     """Device memory bandwidth, bytes/s."""
+    cache_bytes: float = Field(default=0.0, ge=0)
+    """Cache one device's kernels can keep a working set in (0: not modelled, all traffic at hbm_bw). Used for
+    the buffers whose size varies most across geometries: a loop over experts' full-size gradients."""
+    cache_bw: float = Field(default=0.0, ge=0)
+    """Bandwidth of a working set that fits in ``cache_bytes``, bytes/s (0 or below hbm_bw: hbm_bw)."""
     nvlink_bw: float = Field(gt=0)
     """Bandwidth between devices of one node, bytes/s per device per direction."""
     network_bw: float = Field(gt=0)
@@ -175,6 +180,8 @@ BUILTIN: dict[str, Hardware] = {
         nvlink_bw=5 * _GB,
         network_bw=1.25 * _GB,
         devices_per_node=1,
+        cache_bytes=4.4e6,
+        cache_bw=2.9 * 34 * _GB,
         launch_s=8e-6,
         launch_overlaps=False,
         grouped_gemm=False,
@@ -189,7 +196,11 @@ BUILTIN: dict[str, Hardware] = {
         source="this machine (lscpu): AMD EPYC, family 26 (Zen 5), 2 cores at 2.6 GHz, AVX-512 with two "
         "512-bit FMA pipes = 64 FP32 FLOP/cycle/core -> 332.8 GFLOP/s FP32 for the two cores (665.6 BF16 "
         "with AVX512_BF16); 23 GiB RAM; 34 GB/s measured with a numpy copy; one device, no accelerator; "
-        "8 us per eager PyTorch op (dispatch + autograd) as the nominal launch cost",
+        "8 us per eager PyTorch op (dispatch + autograd) as the nominal launch cost; cache: autograd's "
+        "accumulation pattern (zeros, then add_ into a buffer of the same size; one thread; 2026-12-01, load "
+        "average 8) streamed 50-56 GB/s up to a 2 MiB buffer (4 MiB working set), 28 GB/s at 4 MiB and 22 GB/s "
+        "at 8 MiB: with the working-set model of ledger.planning.perf, a 4.4 MB cache share 2.9x faster than "
+        "memory (bench/bench_perf_cpu.py prints the same probe beside its figure)",
     ),
 }
 """The built-in profiles by name."""

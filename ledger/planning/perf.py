@@ -15,8 +15,13 @@ recomputation, the forward again:
 - expert-parallel load imbalance: the busiest of the ep ranks sets the pace of the expert GEMMs and the
   all-to-all, exceeding the mean by cv_rank x sqrt(2 ln ep), cv_rank = sqrt(cv^2 + 1/rows) / sqrt(local
   experts) (cv: the profile's ``expert_load_cv``; 1/rows: multinomial noise);
-- a loop over experts (no grouped GEMM, the runner on a CPU) also pays autograd's full-size gradient
-  of each indexed expert weight: local experts^2 x 3 D F bytes written and read;
+- a loop over experts (no grouped GEMM, the runner on a CPU) also pays autograd's full-size gradients:
+  the backward of each expert's slice of the stacked weights (3 of them) and of the permuted rows zero-fills
+  a buffer as large as the whole, which is then added into the accumulated gradient (4 passes: the fill's
+  write, the add's two reads and its write), so per MoE layer local experts x (local experts x 3 D F + rows
+  x D) elements, 4 passes each. These buffers range from kilobytes to megabytes across geometries, so they
+  stream at the profile's ``cache_bw`` while their working set (the buffer and the accumulator) fits in
+  ``cache_bytes`` and at hbm_bw beyond: a share min(1, cache / working set) at the cache's rate;
 - kernel launches: CPU dispatch latency per kernel; a loop over experts (no grouped GEMM) costs ~9
   kernels per local expert. On GPUs launches overlap execution (the slower of the two counts), on a
   CPU they add to it.
@@ -144,6 +149,14 @@ def _ceil_to(x: Array, tile: float) -> Array:
     return np.ceil(np.maximum(x, 1e-12) / tile) * tile
 
 
+def _stream(nbytes: Array, working_set: Array, hw: Hardware) -> Array:
+    """Bytes of traffic expressed at hbm_bw: the share min(1, cache_bytes / working set) of them streams
+    ``cache_bw / hbm_bw`` times faster (no cache in the profile: unchanged)."""
+    speedup = max(1.0, hw.cache_bw / hw.hbm_bw)
+    share = np.minimum(1.0, hw.cache_bytes / np.maximum(working_set, 1.0))
+    return nbytes * (1.0 - share * (1.0 - 1.0 / speedup))
+
+
 def predict(g: Geometry, p: Plan, hw: Hardware, cal: Calibration = NOMINAL) -> Estimate:
     """Step time, MFU and memory per device of each (geometry row, plan row)."""
     L, D, F, E, k = g.layers, g.hidden, g.ffn_hidden, g.experts, g.top_k
@@ -197,9 +210,12 @@ def predict(g: Geometry, p: Plan, hw: Hardware, cal: Calibration = NOMINAL) -> E
     shared_gemms = (gemm(Tr, D, 2 * Fs), gemm(Tr, Fs, D))
     router_gemm = gemm(Tr, D, np.where(E > 1, E, 0.0))
     elem_moe = (4.0 * Tr * k * D * bpe + 16.0 * Tr * E + 3.0 * Tr * k * Fe * bpe) / m_rate
-    # a loop indexes each expert's slice of the stacked weights; autograd's backward of every index
-    # writes (zero-fills, then accumulates) a gradient as large as all local experts: El^2 x 3 D Fe
-    loop_grad = np.where(p.grouped > 0, 0.0, El * El * 3.0 * D * Fe * bpe * 2.0 / m_rate)
+    # a loop slices each expert's weights (3) and rows out of stacked tensors; autograd's backward of every
+    # slice zero-fills a gradient as large as the whole, then adds it into the accumulated one (4 passes)
+    w_buf = El * D * Fe * bpe  # one stacked weight of the local experts
+    r_buf = rows * El * D * bpe  # the permuted rows of this rank
+    loop_grad = np.where(p.grouped > 0, 0.0,
+                         El * 4.0 * (3.0 * _stream(w_buf, 2.0 * w_buf, hw) + _stream(r_buf, 2.0 * r_buf, hw)) / m_rate)
     head_gemm = gemm(T, D, V / tp)
     elem_head = (3.0 * T * V / tp * 4.0 + T * D * bpe) / m_rate
 
