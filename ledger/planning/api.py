@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import BadInput
-from ledger.planning.calibrate import PerfFit
+from ledger.planning.calibrate import PerfFit, held_out_phrase
 from ledger.planning.errors import TooFewReceipts
 from ledger.planning.fitting import LawFit
 from ledger.planning.observations import Skipped
@@ -143,7 +143,7 @@ def calibration(path: Path | None, hw_name: str) -> tuple[Calibration, str]:
                 m = p["metrics"]
                 return Calibration(**{k: float(v) for k, v in p["calibration"].items()}), \
                     (f"calibrated on {int(m['receipts'])} {hw_name} receipts ({path}); held-out MAPE of step time "
-                     f"{float(m['mape_held_out_pct']):.1f}% (leave-one-out, n = {int(m['receipts'])})")
+                     f"{float(m['mape_held_out_pct']):.1f}% ({held_out_phrase(m)})")
             except (KeyError, TypeError, ValueError) as exc:
                 raise BadInput(f"--perf-from {path}: malformed calibration ({exc})") from exc
     names = ", ".join(str(p.get("hardware")) for p in profiles if isinstance(p, dict)) or "none"

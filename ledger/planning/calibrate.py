@@ -6,14 +6,19 @@ a soft-L1 robust loss of scale 0.1 on the log residuals, numeric Jacobian): the 
 receipts barely exercise near 1. A factor that changes no receipt's predicted step time by 1% or more is left
 at 1 and reported. Before fitting, the design is checked (:mod:`ledger.planning.design`): distinct
 (geometry, plan) points per free factor and collinearity of the factors' sensitivities; a design that cannot
-identify them is refused with the runs that would. Held-out error: leave-one-out (calibrate on the others,
-predict the one left out), with its n; MAPE of step time, which is also the MAPE of tokens/s-based MFU's
-reciprocal. Rank agreement of predicted and measured MFU: Spearman and Kendall.
+identify them is refused with the runs that would.
+
+The run is the unit: a receipt's step time is its median after warm-up, and receipts of the same (geometry,
+plan) are replicates of one design point, whose measured step time is their median. Held-out error:
+leave-one-point-out (calibrate on the other points, predict the one left out, all its replicates with it, so
+no replicate of a point helps predict it), with its n = points; MAPE of step time over points, which is also
+the MAPE of tokens/s-based MFU's reciprocal, and over receipts (each against its point's held-out
+prediction: this one includes the run-to-run noise). Without replicates, points are receipts and this is
+leave-one-out. Rank agreement of predicted and measured MFU over points: Spearman and Kendall.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,9 +114,9 @@ def fit_profile(obs: list[PerfObs], ridge: float = RIDGE) -> PerfFit:
     fixed = {FACTORS[i]: "no receipt's predicted step time depends on it by 1% or more; left at 1"
              for i in range(len(FACTORS)) if float(np.abs(J[:, i]).max()) < SENSITIVITY}
     free = np.array([i for i, f in enumerate(FACTORS) if f not in fixed], dtype=np.int64)
-    keys = {(tuple(round(v, 9) for v in o.geometry.row(0).values() if isinstance(v, int | float)),
-             tuple(str(v) for v in o.plan.row(0).values())) for o in obs}
-    design = check_perf(len(keys), J[:, free], [FACTORS[i] for i in free], ref=obs[0].id[:12])
+    point = _points(obs)
+    n_points = int(point.max()) + 1
+    design = check_perf(n_points, J[:, free], [FACTORS[i] for i in free], ref=obs[0].id[:12])
     design.raise_if_degenerate(f"the performance model of {batch.hw.name} on {n} receipts ({describe(obs)})")
     ones = np.ones(n)
     phi = _fit(batch, free, ones, zero, ridge) if free.size else zero
@@ -119,30 +124,40 @@ def fit_profile(obs: list[PerfObs], ridge: float = RIDGE) -> PerfFit:
     nominal = predict(batch.geometry, batch.plan, batch.hw, NOMINAL)
     fitted = predict(batch.geometry, batch.plan, batch.hw, cal)
     held = np.full(n, np.nan)
-    for i in range(n):
-        mask = ones.copy()
-        mask[i] = 0.0
-        phi_i = _fit(batch, free, mask, phi, ridge) if free.size else zero
-        held[i] = math.exp(batch.log_step(phi_i)[i])
+    for j in range(n_points):
+        out = point == j
+        phi_j = _fit(batch, free, np.where(out, 0.0, 1.0), phi, ridge) if free.size else zero
+        held[out] = np.exp(batch.log_step(phi_j)[out])
     meas = np.exp(batch.y)
     mfu = np.array([o.mfu for o in obs])
     # predicted MFU: the same model FLOPs as the measured one, over the predicted step time
     pred_mfu = mfu * meas / fitted.step_s
     held_mfu = mfu * meas / held
-    nominal_mfu = mfu * meas / nominal.step_s
+    first = np.array([int(np.flatnonzero(point == j)[0]) for j in range(n_points)])
+    p_meas = np.array([float(np.median(meas[point == j])) for j in range(n_points)])
+    p_mfu = np.array([float(np.median(mfu[point == j])) for j in range(n_points)])
+    p_held, p_fit, p_nom = held[first], fitted.step_s[first], nominal.step_s[first]
     metrics = {
         "receipts": float(n),
-        "mape_nominal_pct": _mape(nominal.step_s, meas),
-        "mape_in_sample_pct": _mape(fitted.step_s, meas),
-        "mape_held_out_pct": _mape(held, meas),
-        "held_out_n": float(n),
-        "spearman_in_sample": spearman(pred_mfu, mfu),
-        "kendall_in_sample": kendall(pred_mfu, mfu),
-        "spearman_held_out": spearman(held_mfu, mfu),
-        "kendall_held_out": kendall(held_mfu, mfu),
-        "spearman_nominal": spearman(nominal_mfu, mfu),
-        "kendall_nominal": kendall(nominal_mfu, mfu),
+        "points": float(n_points),
+        "mape_nominal_pct": _mape(p_nom, p_meas),
+        "mape_in_sample_pct": _mape(p_fit, p_meas),
+        "mape_held_out_pct": _mape(p_held, p_meas),
+        "held_out_n": float(n_points),
+        "mape_held_out_receipts_pct": _mape(held, meas),
+        "spearman_in_sample": spearman(p_mfu * p_meas / p_fit, p_mfu),
+        "kendall_in_sample": kendall(p_mfu * p_meas / p_fit, p_mfu),
+        "spearman_held_out": spearman(p_mfu * p_meas / p_held, p_mfu),
+        "kendall_held_out": kendall(p_mfu * p_meas / p_held, p_mfu),
+        "spearman_nominal": spearman(p_mfu * p_meas / p_nom, p_mfu),
+        "kendall_nominal": kendall(p_mfu * p_meas / p_nom, p_mfu),
     }
+    if n_points < n:  # the spread of replicates: what no model of the mean step time can predict
+        spread = [float(meas[point == j].max() / meas[point == j].min() - 1) for j in range(n_points)
+                  if (point == j).sum() > 1]
+        metrics["replicated_points"] = float(len(spread))
+        metrics["replicate_spread_max_pct"] = 100 * max(spread)
+        metrics["replicate_spread_median_pct"] = 100 * float(np.median(spread))
     rows = []
     for i, o in enumerate(obs):
         rows.append({
@@ -153,11 +168,30 @@ def fit_profile(obs: list[PerfObs], ridge: float = RIDGE) -> PerfFit:
             "held_out_mfu": float(held_mfu[i]), "predicted_memory_bytes": float(fitted.memory_bytes[i]),
         })
     notes = []
-    bad = discordant_pairs(held_mfu, mfu)
+    bad = discordant_pairs(p_mfu * p_meas / p_held, p_mfu)
     if bad:
         notes.append("held-out MFU ranking swaps " + "; ".join(
-            f"{obs[a].label} / {obs[b].label}" for a, b in bad))
+            f"{obs[first[a]].label} / {obs[first[b]].label}" for a, b in bad))
     return PerfFit(batch.hw.name, cal, fixed, rows, metrics, notes, design)
+
+
+def held_out_phrase(metrics: dict[str, float]) -> str:
+    """How the held-out error was measured: "leave-one-out, n = 12", or with replicates "leave-one-point-out,
+    n = 12 points of 24 receipts"."""
+    n, points = int(metrics["receipts"]), int(metrics.get("points", metrics["receipts"]))
+    return f"leave-one-out, n = {n}" if points == n else f"leave-one-point-out, n = {points} points of {n} receipts"
+
+
+def _points(obs: list[PerfObs]) -> NDArray[np.int64]:
+    """The design point of each receipt: receipts of the same (geometry, plan) share one, numbered in order of
+    first appearance."""
+    seen: dict[tuple[Any, ...], int] = {}
+    out = []
+    for o in obs:
+        key = (tuple(round(v, 9) for v in o.geometry.row(0).values() if isinstance(v, int | float)),
+               tuple(str(v) for v in o.plan.row(0).values()))
+        out.append(seen.setdefault(key, len(seen)))
+    return np.array(out, dtype=np.int64)
 
 
 def fit_perf(obs: list[PerfObs], ridge: float = RIDGE) -> list[PerfFit]:

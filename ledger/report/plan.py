@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ledger.planning.api import LawReport, PerfReport
+from ledger.planning.calibrate import held_out_phrase
 from ledger.planning.law import FORM, PARAMS
 from ledger.planning.plan import PlanResult
 from ledger.planning.ranks import ranks
@@ -70,7 +71,7 @@ def render_perf(r: PerfReport) -> None:
         console.print(f"[bold]{escape(f.hardware)}[/bold]: {int(m['receipts'])} receipts; calibration {factors}")
         if f.design is not None:
             _say(f"design: {f.design.points} distinct (geometry, plan) points for {f.design.free} free factors")
-        table = Table(title="step time and MFU: measured vs predicted (calibrated; held out = leave-one-out)")
+        table = Table(title="step time and MFU: measured vs predicted (calibrated; held out = its point left out)")
         for col in ("receipt", "E", "k", "G", "S", "batch", "step measured", "predicted", "held out",
                     "MFU measured", "MFU held out", "rank measured", "rank held out"):
             table.add_column(col)
@@ -85,8 +86,12 @@ def render_perf(r: PerfReport) -> None:
                           f"{100 * row['held_out_mfu']:.2f}%", f"{rm[i]:g}", f"{rh[i]:g}")
         console.print(table)
         console.print(f"MAPE of step time: nominal {m['mape_nominal_pct']:.1f}%, calibrated in-sample "
-                      f"{m['mape_in_sample_pct']:.1f}%, held out {m['mape_held_out_pct']:.1f}% (leave-one-out, "
-                      f"n = {int(m['held_out_n'])})")
+                      f"{m['mape_in_sample_pct']:.1f}%, held out {m['mape_held_out_pct']:.1f}% "
+                      f"({held_out_phrase(m)})")
+        if "replicate_spread_max_pct" in m:
+            console.print(f"replicates: the same point's runs differ by up to {m['replicate_spread_max_pct']:.1f}% "
+                          f"(median {m['replicate_spread_median_pct']:.1f}% over {int(m['replicated_points'])} "
+                          f"points); per receipt, held out {m['mape_held_out_receipts_pct']:.1f}%")
         console.print(f"MFU rank agreement (Spearman / Kendall): held out {m['spearman_held_out']:.3f} / "
                       f"{m['kendall_held_out']:.3f}; in-sample {m['spearman_in_sample']:.3f} / "
                       f"{m['kendall_in_sample']:.3f}; uncalibrated {m['spearman_nominal']:.3f} / "

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from ledger.planning import hardware
-from ledger.planning.calibrate import fit_profile
+from ledger.planning.calibrate import fit_profile, held_out_phrase
 from ledger.planning.errors import TooFewReceipts, UnknownHardware
 from ledger.planning.geometry import Geometry
 from ledger.planning.hardware import BUILTIN
@@ -155,3 +156,97 @@ def test_near_identical_receipts_are_refused_with_the_runs_that_fix_it() -> None
     msg = str(err.value)
     assert "1 distinct (geometry, plan) points for 3 free calibration factors (at least 5 needed)" in msg
     assert "`ledger rerun id0 --scale batch=x4`" in msg and "--scale experts=x4" in msg
+
+
+def test_a_loop_pays_full_size_gradients_streamed_from_cache_or_memory() -> None:
+    """A loop over experts slices 3 stacked weights and the permuted rows once per expert; the backward of
+    each slice zero-fills a buffer as large as the whole and adds it into the gradient (4 passes). Hand
+    computation on a profile of round numbers: memory 1 GB/s, a 1 MB cache 4x faster."""
+    hw = CPU.model_copy(update={"hbm_bw": 1e9, "memory_efficiency": 1.0, "cache_bytes": 1e6, "cache_bw": 4e9})
+
+    def loop_s(experts: int, top_k: int, micro_batch: int, profile: hardware.Hardware) -> float:
+        g = Geometry.of(layers=1, hidden=64, heads=4, ffn_hidden=256, experts=experts, top_k=top_k, granularity=1,
+                        seq_len=64, vocab=64)
+        step = {}
+        for grouped in (0, 1):
+            p = Plan.of(tp=1, pp=1, ep=1, dp=1, micro_batch=micro_batch, global_batch=micro_batch, grouped=grouped,
+                        precision="fp32")
+            step[grouped] = float(predict(g, p, profile).breakdown["memory_bound"][0])
+        return step[0] - step[1]
+
+    # 4 experts of 64 x 256, 64 tokens, top-1: a weight buffer of 4*64*256*4 = 262,144 B and rows of
+    # 64*64*4 = 16,384 B, both with working sets (x2) inside the cache, so at 4 GB/s:
+    # 4 experts x 4 passes x (3 x 262,144 + 16,384) B / 4e9 B/s
+    assert loop_s(4, 1, 1, hw) == pytest.approx(4 * 4 * (3 * 262_144 + 16_384) / 4e9, rel=1e-9)
+    # 16 experts, 1,024 tokens, top-4: weights 16*64*256*4 = 1,048,576 B and rows 1,024*4*64*4 = 1,048,576 B,
+    # working sets of 2,097,152 B: 1e6 / 2,097,152 of each (500,000 B) at 4 GB/s, the rest at 1 GB/s
+    each = (1_048_576 - 500_000) / 1e9 + 500_000 / 4e9
+    assert loop_s(16, 4, 16, hw) == pytest.approx(16 * 4 * (3 + 1) * each, rel=1e-9)
+    # no cache in the profile (the GPU profiles): everything at the memory's rate
+    flat = hw.model_copy(update={"cache_bytes": 0.0})
+    assert loop_s(16, 4, 16, flat) == pytest.approx(16 * 4 * 4 * 1_048_576 / 1e9, rel=1e-9)
+
+
+SWEEP12 = [(4, 2, 1, 16), (8, 2, 2, 16), (16, 2, 2, 16), (32, 4, 4, 16), (64, 8, 8, 16), (64, 2, 2, 16),
+           (8, 1, 1, 8), (16, 4, 4, 32), (32, 2, 2, 8), (8, 2, 2, 32), (16, 1, 1, 16), (32, 8, 8, 32)]
+"""The design of bench/bench_perf_cpu.py."""
+
+
+def _planted(truth: Calibration, points: list[tuple[int, int, int, int]], scale: list[float]) -> list[PerfObs]:
+    """Receipts whose step time is the model's under ``truth``, times ``scale[i]`` (one receipt per entry of
+    ``scale``, cycling over ``points``)."""
+    out = []
+    for i, s in enumerate(scale):
+        e, k, gr, bs = points[i % len(points)]
+        g = Geometry.of(layers=2, hidden=64, heads=4, ffn_hidden=256, experts=e, top_k=k, granularity=gr,
+                        seq_len=64, vocab=64)
+        p = Plan.of(tp=1, pp=1, ep=1, dp=1, micro_batch=bs, global_batch=bs, grouped=0, precision="fp32")
+        step = float(predict(g, p, CPU, truth).step_s[0]) * s
+        out.append(PerfObs(f"id{i}", f"E{e}k{k}G{gr}b{bs}", g, p, CPU, step, float(g.flops_per_token[0]), bs * 64.0))
+    return out
+
+
+def test_the_loop_terms_are_identified_when_the_design_varies_them() -> None:
+    """Over the bench's 12 points the loop's gradient traffic (experts x (experts x weights + rows)) goes from a
+    small to the largest share of the step, apart from compute (tokens x active width) and launches (experts):
+    planted factors come back, and the design check passes with 12 points for 3 free factors."""
+    truth = Calibration(compute=4.0, memory=2.0, launch=2.0)
+    rng = np.random.default_rng(5)
+    obs = _planted(truth, SWEEP12, list(np.exp(rng.normal(0, 0.01, len(SWEEP12)))))
+    loop_share = []
+    for o in obs:
+        grouped = replace(o.plan, grouped=np.ones(1))
+        est, est_grouped = predict(o.geometry, o.plan, CPU, truth), predict(o.geometry, grouped, CPU, truth)
+        loop_share.append(float((est.breakdown["memory_bound"] - est_grouped.breakdown["memory_bound"])[0]
+                                / est.step_s[0]))
+    assert min(loop_share) < 0.15 and max(loop_share) > 0.4
+    fit = fit_profile(obs)
+    for f in ("compute", "memory", "launch"):
+        assert getattr(fit.calibration, f) == pytest.approx(getattr(truth, f), rel=0.05), f
+    assert fit.design is not None and fit.design.problems == [] and fit.design.points == 12
+    assert fit.metrics["mape_held_out_pct"] < 3
+
+
+def test_replicates_are_left_out_with_their_point() -> None:
+    """Two runs per point; one point's runs both 30% slower than the model (a point the model misses). Held out,
+    that point is predicted from the other points alone, so at the planted truth, not pulled towards its own
+    replicate; a point's measured step time is the median of its runs; the replicates' spread is reported."""
+    truth = Calibration(compute=3.0, memory=1.5, launch=2.0)
+    points = SWEEP12[:7]
+    scale = [1.0] * 14
+    scale[7:14] = [1.05, 0.95, 1.0, 1.0, 1.0, 1.0, 1.0]  # second round: point 0 at +5%, point 1 at -5%
+    scale[6] = scale[13] = 1.3  # point 6 (E8k1G1b8): both runs 30% slow
+    obs = _planted(truth, points, scale)
+    fit = fit_profile(obs)
+    m = fit.metrics
+    assert (m["receipts"], m["points"], m["held_out_n"], m["replicated_points"]) == (14, 7, 7, 7)
+    assert m["replicate_spread_max_pct"] == pytest.approx(100 * (1.0 / 0.95 - 1), rel=1e-6)  # point 1: 1.0 vs 0.95
+    exact = float(predict(obs[6].geometry, obs[6].plan, CPU, truth).step_s[0])
+    for i in (6, 13):
+        assert fit.rows[i]["held_out_step_s"] == pytest.approx(exact, rel=0.01)
+    # point 6 held out misses its measurement by |exact - 1.3 exact| / 1.3 exact = 23.1%, one seventh of the MAPE
+    # over points at least (the other points, held out in turn, are fitted with point 6 in: they miss too)
+    assert abs(fit.rows[6]["held_out_step_s"] / fit.rows[6]["measured_step_s"] - 1) == pytest.approx(0.3 / 1.3,
+                                                                                                     rel=0.05)
+    assert m["mape_held_out_pct"] > 100 * (0.3 / 1.3) / 7 * 0.95
+    assert "leave-one-point-out, n = 7 points of 14 receipts" in held_out_phrase(m)
