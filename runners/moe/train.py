@@ -234,7 +234,7 @@ def _train(
             layer.record_entropy = record
         if device.type == "cuda" and record:
             torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
 
         batch_BS = corpus.batch(step - 1, cfg.batch_size, cfg.seed, topo.rank, topo.world).to(device)
         with policy.forward_context():
@@ -267,6 +267,7 @@ def _train(
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             step_time = time.perf_counter() - t0
+            cpu_time = time.process_time() - cpu0  # this process's CPU time: its own work, not its waits
             phases = timer.collect()
             scalars = (
                 comm.all_reduce_sum(
@@ -292,6 +293,7 @@ def _train(
                     lr=lr,
                     grad_norm=float(grad_norm),
                     step_time_s=step_time,
+                    cpu_time_s=cpu_time,
                     tokens_per_s=tps,
                     flops_per_s=tps * fpt,
                     memory_bytes=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,

@@ -122,6 +122,7 @@ def test_steps_events_and_timing_are_recorded(kit: Any, full_run: Path) -> None:
         "flops_per_s",
     ):
         assert last[key] is not None and last[key] > 0, key
+    assert dict(last["extra"])["cpu_time_s"] > 0  # the step's own CPU time, beside its wall time
     kinds = read_table(full_run / "run", "events")["kind"].to_pylist()
     assert kinds[0] == "init_start" and "init_end" in kinds
     assert kinds.count("checkpoint_save_end") == 3 and kinds.count("eval_end") == 2
