@@ -139,9 +139,10 @@ def main() -> None:
                                            env=env, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
         cpu_note = (f"on each run's CPU time per step instead (cpu_time_s, the step's own work without its waits "
                     f"for a core): held out {by_cpu['mape_held_out_pct']:.1f}%, in-sample "
-                    f"{by_cpu['mape_in_sample_pct']:.1f}%, replicate spread up to "
-                    f"{by_cpu.get('replicate_spread_max_pct', float('nan')):.0f}% (median "
-                    f"{by_cpu.get('replicate_spread_median_pct', float('nan')):.1f}%)")
+                    f"{by_cpu['mape_in_sample_pct']:.1f}%, " + (
+                        f"replicate spread up to {by_cpu['replicate_spread_max_pct']:.0f}% (median "
+                        f"{by_cpu['replicate_spread_median_pct']:.1f}%)" if "replicate_spread_max_pct" in by_cpu
+                        else "no replicates"))
         m = cpu["metrics"]
         mape = m["mape_held_out_pct"]
         spread = (f"the same point recorded {int(m['receipts'] / m['points'])} times differs by up to "
