@@ -1,7 +1,8 @@
 """The performance model's held-out error on this CPU: a sweep of the reference runner (tiny config, 40 steps,
 one thread) over 12 points varying experts, top-k, granularity and batch, each point recorded ``--repeats``
-times (default 2: interleaved rounds, each round all 12 points in a shuffled order and with its own training
-seed, so that a burst of load on the machine falls on different points in each round); then `ledger fit perf`
+times (default 3: interleaved rounds, each round all 12 points in a shuffled order and with its own training
+seed, so that a burst of load on the machine falls on different points in each round; the median of 3 runs
+sets aside one run that a burst hit, where the median of 2 is their mean); then `ledger fit perf`
 calibrates the model and predicts each point from the other 11 (leave-one-point-out: a point's replicates are
 left out with it).
 
@@ -115,7 +116,7 @@ def ledger_cmd() -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--repeats", type=int, default=2, help="Runs per point, in interleaved rounds.")
+    ap.add_argument("--repeats", type=int, default=3, help="Runs per point, in interleaved rounds.")
     ap.add_argument("--keep", type=Path, help="Use (and keep) this ledger directory instead of a temporary one.")
     ap.add_argument("--from", dest="source", type=Path, help="Fit the receipts of a kept ledger; run nothing.")
     args = ap.parse_args()
