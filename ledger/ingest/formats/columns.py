@@ -168,9 +168,11 @@ def runs(text: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArra
     runs with a digit in their first three characters (``-.5``) count (a lone dot or dash is no number)."""
     size = len(text)
     isdigit = (text - np.uint8(48)) < 10  # byte arithmetic wraps: one vector pass per test, no lookup table
-    isnum = isdigit | (text == 46) | (text == 43) | (text == 45)
-    exp = np.flatnonzero((text == 101) | (text == 69))
-    exp = exp[(exp > 0) & (exp < size - 2)]  # a newline always follows: + 2 is inside
+    isnum = isdigit | (text == 46)
+    isnum |= text == 43
+    isnum |= text == 45
+    exp = np.flatnonzero((text | np.uint8(32)) == 101)  # e or E
+    exp = exp[(exp > 0) & (exp < size - 2)]  # a newline always ends the text: + 2 is inside
     if len(exp):
         after = text[exp + 1]
         isnum[exp[(isdigit[exp - 1] | (text[exp - 1] == 46))
@@ -179,9 +181,11 @@ def runs(text: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArra
     comma = comma[(comma > 0) & (comma < size - 1)]
     if len(comma):
         isnum[comma[isdigit[comma - 1] & isdigit[comma + 1]]] = True
-    edges = np.diff(isnum.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edges == 1)
-    stops = np.flatnonzero(edges == -1)
+    edges = np.diff(isnum.view(np.int8))  # the text ends with a newline: its last character is no number
+    starts = np.flatnonzero(edges == 1) + 1
+    stops = np.flatnonzero(edges == -1) + 1
+    if isnum[0]:
+        starts = np.concatenate(([0], starts))
     width = stops - starts
     has = isdigit[starts] | ((width > 1) & isdigit[np.minimum(starts + 1, size - 1)])
     has |= (width > 2) & isdigit[np.minimum(starts + 2, size - 1)]
