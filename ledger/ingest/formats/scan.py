@@ -268,11 +268,28 @@ class LineCapture:
         self.ended_without_newline = False
         self._pending = b""
         self._skipping = False
+        self._queue: list[bytes] = []
+        self._queued = 0
         self._last: str | None = None
         self.templates = Templates(self.formats, enabled=fast)
 
     def feed(self, data: bytes) -> None:
-        """A chunk of output (any size, lines may span chunks)."""
+        """A chunk of output (any size, lines may span chunks). Small chunks are gathered up to
+        :data:`BLOCK` bytes first: reading a block costs a few calls whatever its size (a regular expression
+        compiled and its automaton built per call), so larger blocks are cheaper per byte."""
+        self._queue.append(data)
+        self._queued += len(data)
+        if self._queued >= BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._queue:
+            return
+        data = self._queue[0] if len(self._queue) == 1 else b"".join(self._queue)
+        self._queue, self._queued = [], 0
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -419,6 +436,7 @@ class LineCapture:
 
     def close(self) -> None:
         """End of output: a last line without a line end is read too."""
+        self._flush()
         if self._pending and not self._skipping:
             self.ended_without_newline = True
             data, self._pending = self._pending + b"\n", b""
