@@ -18,18 +18,17 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, partial
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from ledger.ingest.common import strip_rank, table
-from ledger.ingest.formats import LINE_FORMATS
+from ledger.ingest.formats import LINE_FORMATS, columns
 from ledger.ingest.formats.base import BAD, INT_COLUMNS, STEP_COLUMNS, Format, Parsed
 from ledger.ingest.formats.keyvalue import NAME as GENERIC
-from ledger.ingest.formats import columns
 from ledger.ingest.formats.template import Templates, agrees, checks
 from schemas.tables import EXTRA
 
