@@ -49,7 +49,7 @@ class Shape:
 
 def _literal(text: str) -> str:
     """``text`` as RE2 literal text, runs of spaces matching any run of spaces (as the templates do)."""
-    out = []
+    out: list[str] = []
     for ch in text:
         if ch == " ":
             if not out or out[-1] != " *":
@@ -237,7 +237,8 @@ def _commas(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
     at = np.flatnonzero(text == _COMMA)
     if not len(at):
         return 0
-    return np.searchsorted(at, stops) - np.searchsorted(at, starts)  # type: ignore[no-any-return]
+    counts: npt.NDArray[np.int64] = np.searchsorted(at, stops) - np.searchsorted(at, starts)
+    return counts
 
 
 def _spans(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
@@ -252,7 +253,8 @@ def _spans(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
     sizes[1::2] = stops - starts
     inside = np.zeros(2 * len(starts), bool)
     inside[1::2] = True
-    return text[: stops[-1] if len(stops) else 0][np.repeat(inside, sizes)]
+    chars: npt.NDArray[np.uint8] = text[: stops[-1] if len(stops) else 0][np.repeat(inside, sizes)]
+    return chars
 
 
 def _strings(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64]) -> Any:
@@ -283,7 +285,7 @@ def _empty_lines(data: bytes, offsets: npt.NDArray[np.int64], index: npt.NDArray
     keep_line[index] = False
     keep = np.repeat(keep_line, np.diff(offsets))
     keep[offsets[1:] - 1] = True
-    return np.frombuffer(data, np.uint8)[keep].tobytes()
+    return bytes(np.frombuffer(data, np.uint8)[keep].tobytes())
 
 
 __all__ = ["NUM", "Read", "Shape", "line_ends", "prepare", "read"]

@@ -162,9 +162,9 @@ class Rows:
                 lines.append(line)
                 steps.append(step)
                 vals.append(v)
-        for k, (lines, steps, vals) in slow.items():
-            columns.setdefault(k, []).append((np.asarray(lines, np.int64), np.asarray(steps, np.int64),
-                                              np.asarray(vals, np.float64)))
+        for k, (line_list, step_list, value_list) in slow.items():
+            columns.setdefault(k, []).append((np.asarray(line_list, np.int64), np.asarray(step_list, np.int64),
+                                              np.asarray(value_list, np.float64)))
         all_steps = [c[1] for parts in columns.values() for c in parts]
         distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
@@ -172,11 +172,11 @@ class Rows:
             parts = columns.get(name) or []
             if not parts:
                 continue
-            _, steps, vals = _first_by_step(parts)
+            _, first_steps, first_values = _first_by_step(parts)
             column = np.full(len(distinct), np.nan)
             present = np.zeros(len(distinct), bool)
-            at = np.searchsorted(distinct, steps)
-            column[at] = vals
+            at = np.searchsorted(distinct, first_steps)
+            column[at] = first_values
             present[at] = True
             values[name] = (column, present)
         self._merged = Merged(distinct, values)
