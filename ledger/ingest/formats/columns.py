@@ -48,12 +48,13 @@ class Shape:
 
 
 def _literal(text: str) -> str:
-    """``text`` as RE2 literal text, runs of spaces matching any run of spaces (as the templates do)."""
+    """``text`` as RE2 literal text, runs of spaces matching any run of one or more spaces (as the templates
+    do)."""
     out: list[str] = []
     for ch in text:
         if ch == " ":
-            if not out or out[-1] != " *":
-                out.append(" *")
+            if not out or out[-1] != " +":
+                out.append(" +")
         elif ch.isascii() and not ch.isalnum():
             out.append(f"\\x{ord(ch):02x}")
         else:
@@ -63,12 +64,12 @@ def _literal(text: str) -> str:
 
 def _apart(before: str, after: str) -> bool:
     """Whether the literal pieces around a number that is read keep it apart from them when the line is cut
-    at runs of number characters, even where the template's spaces are missing: the piece before does not
-    end (spaces aside) with a digit, ``.``, ``+`` or ``-`` (``lr.5`` would be 0.5), the piece after does not
-    start with a digit. (Other characters that could join it, ``5epochs``, ``5-``, make runs that are either
-    not numbers or not the count of numbers of the line, and such lines go to the parsers.)"""
-    end = before.rstrip(" ")[-1:]
-    start = after.lstrip(" ")[:1]
+    at runs of number characters: the piece before does not end with a digit, ``.``, ``+`` or ``-`` (``lr.5``
+    would be 0.5), the piece after does not start with a digit. (Other characters that could join it, ``5-``,
+    make runs that are either not numbers or not the count of numbers of the line, and such lines go to the
+    parsers.)"""
+    end = before[-1:]
+    start = after[:1]
     return not ((end and (end.isdigit() or end in _EDGE_CHARS)) or (start and start.isdigit()))
 
 

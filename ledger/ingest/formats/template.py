@@ -188,8 +188,9 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
 
 
 def _literal(text: str) -> str:
-    """Literal text, runs of spaces matching any run of spaces (aligned columns change width)."""
-    return "".join(r" *" if chunk.isspace() else re.escape(chunk) for chunk in re.split(r"( +)", text) if chunk)
+    """Literal text, runs of spaces matching any run of one or more spaces (aligned columns change width; a
+    number glued to its name, ``loss2.5``, is another shape, which the format's parser reads)."""
+    return "".join(r" +" if chunk.isspace() else re.escape(chunk) for chunk in re.split(r"( +)", text) if chunk)
 
 
 def agrees(a: Parsed, b: Parsed | None) -> bool:
