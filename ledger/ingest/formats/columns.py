@@ -85,17 +85,17 @@ def prepare(source: str, pieces: tuple[str, ...], spans: tuple[tuple[int, int], 
         if not _apart(pieces[g], pieces[g + 1]) or (g and not pieces[g]) or (g + 1 < len(spans) and not pieces[g + 1]):
             return None
     data = np.frombuffer((source + "\n").encode(), np.uint8)
-    where = {}
+    where: dict[tuple[int, int], int] = {}
     text = source.encode()
     for i, (a, b) in enumerate(zip(*runs(data), strict=True)):
         where[(len(text[:a].decode(errors="replace")), len(text[:b].decode(errors="replace")))] = i
-    index = [where.get(spans[g]) for g in used]
-    if any(i is None for i in index):
+    found = [where.get(spans[g]) for g in used]
+    index = [i for i in found if i is not None]
+    if len(index) != len(found):
         return None
     body = _literal(pieces[0]) + "".join(f"(?:{NUM})" + _literal(p) for p in pieces[1:])
-    count = len(runs(data)[0])
-    return Shape(f"^{body}\\n$", count, int(index[0]),  # type: ignore[arg-type]
-                 tuple((name, int(i), scale) for (name, _, scale), i in zip(metrics, index[1:], strict=True)))  # type: ignore[arg-type]
+    return Shape(f"^{body}\\n$", len(where), index[0],
+                 tuple((name, i, scale) for (name, _, scale), i in zip(metrics, index[1:], strict=True)))
 
 
 @dataclass
@@ -149,10 +149,9 @@ def read(shape: Shape, data: bytes) -> Read | None:
     if len(index) == n:
         text = arr
     else:
-        keep = np.zeros(n + 1, np.int8)
-        keep[index] = 1
-        keep[index + 1] -= 1
-        text = arr[np.repeat(np.cumsum(keep[:-1], dtype=np.int8).astype(bool), np.diff(offsets))]
+        keep = np.zeros(n, bool)
+        keep[index] = True
+        text = arr[np.repeat(keep, np.diff(offsets))]
     got = _numbers(text, len(index), shape)
     if got is None:
         return None
