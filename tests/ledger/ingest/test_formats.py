@@ -203,3 +203,30 @@ def test_columnar_path_reads_what_the_parsers_read() -> None:
     best = fast.best()
     assert best is not None and best._chunks and fast.lines == slow.lines == len(lines)
     assert best.tables()["steps"].equals(slow.best().tables()["steps"])  # type: ignore[union-attr]
+
+
+def test_rows_from_columns_and_parsers_merge_by_step_in_file_order() -> None:
+    """Rows read as columns and rows read by a parser merge by step, the first value in file order winning,
+    also across the merges of many columns (compaction); an eval printed without a step belongs to the
+    latest step printed before it; tables carry extra metrics as a map and whole-number columns as ints."""
+    import numpy as np
+
+    from ledger.ingest.formats import scan
+    from ledger.ingest.formats.base import Parsed
+
+    rows = scan.Rows("x")
+    rows.add(Parsed(step=2, metrics={"loss": 9.0, "acc": 0.5}), where=1)  # line 1: the first loss of step 2
+    lines = np.arange(10, 10 + scan.COMPACT_ROWS + 5, dtype=np.int64)  # lines 10...: steps 1, 2, 3, 1, 2, 3...
+    steps = lines % 3 + 1
+    rows.add_columns(lines, steps, {"loss": lines.astype(float), "tokens": np.full(len(lines), 4096.0)})
+    rows.add_columns(lines[-2:] + 10**6, np.array([7, 2]), {"loss": np.array([7.5, 1.0]),
+                                                            "tokens": np.array([np.inf, 1.0])})
+    rows.add(Parsed(step=None, evals=[("val", "loss", 3.25)]), where=10**6 + lines[-2] + 1)  # after step 7's line
+    rows.add(Parsed(step=3, metrics={"loss": 0.0, "acc": 0.25}), where=5)  # line 5: before every column line
+    assert rows.step_count() == 4 and rows.evals == [(7, "val", "loss", 3.25)]
+    # by hand: step 1 first appears on line 12 (12 % 3 + 1 = 1), step 2 on line 1, step 3 on line 5
+    assert rows.steps == {1: {"loss": 12.0, "tokens": 4096.0}, 2: {"loss": 9.0, "acc": 0.5, "tokens": 4096.0},
+                          3: {"loss": 0.0, "acc": 0.25, "tokens": 4096.0}, 7: {"loss": 7.5, "tokens": math.inf}}
+    steps_table = rows.tables()["steps"].to_pydict()
+    assert steps_table["step"] == [1, 2, 3, 7] and steps_table["tokens"] == [4096, 4096, 4096, None]
+    assert steps_table["extra"] == [None, [("acc", 0.5)], [("acc", 0.25)], None]
