@@ -173,6 +173,7 @@ class Tee:
         stream.close()
 
     def _write_loop(self) -> None:
+        lower_priority()  # the child and the pumps first: the log catches up when they wait
         pending = b""
         while True:
             while self.spool.busy():
@@ -250,6 +251,15 @@ def _emit(out: IO[bytes], out_fd: int | None, chunk: bytes) -> None:
             out.flush()
     except (OSError, ValueError):
         pass
+
+
+def lower_priority(by: int = 10) -> None:
+    """Lower the calling thread's scheduling priority (Linux: a thread has its own nice value, and the
+    processes it starts inherit it); elsewhere nothing. For the wrapper's own work (the log's writer, the
+    stack capture), so that on a busy machine the child and the pumps that drain its pipes run first."""
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
 
 
 def group_alive(pgid: int) -> bool:
