@@ -10,7 +10,9 @@ Two generated logs of ``--mb`` MB each:
 Figures (MB/s; reference: ``cat FILE > /dev/null`` of the same file, best of 3; target: a floor of
 100 MB/s for ours):
 - ``log_capture_parse_<log>``: :class:`ledger.ingest.formats.scan.LineCapture` over the file, in process,
-  best of 2 (what the output tee of `ledger record` feeds, batch by batch, as the launch prints);
+  best of 2, the tables built (what the output tee of `ledger record` feeds, batch by batch, as the launch
+  prints); ``log_capture_parse_<log>_cpu``: the same in CPU seconds of the process (its wall figure on a
+  loaded machine counts the time other processes held the CPU);
 - ``log_capture_record_mixed``: ``ledger record -- cat FILE`` (stdout to /dev/null) minus ``ledger record
   -- true``, i.e. the per-byte cost of the wrapper with capture on (tee, redaction, parsing, publishing the
   log), best of 2;
@@ -70,18 +72,24 @@ def cat_mb_s(path: Path) -> float:
     return path.stat().st_size / best / 1e6
 
 
-def parse_mb_s(path: Path) -> tuple[float, int]:
+def parse_mb_s(path: Path) -> tuple[float, float, int]:
+    """Wall and CPU MB/s (best of 2 each) of LineCapture over the file, tables built; and the steps found."""
+    import pyarrow.compute  # noqa: F401  (imported once, outside the timing)
+
     from ledger.ingest.formats.scan import LineCapture
 
-    best, steps = float("inf"), 0
+    best, best_cpu, steps = float("inf"), float("inf"), 0
     for _ in range(2):
         capture = LineCapture()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         capture.feed_file(path)
-        best = min(best, time.perf_counter() - t0)
         rows = capture.best()
-        steps = len(rows.steps) if rows else 0
-    return path.stat().st_size / best / 1e6, steps
+        if rows is not None:
+            rows.tables()
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
+        steps = rows.step_count() if rows else 0
+    size = path.stat().st_size / 1e6
+    return size / best, size / best_cpu, steps
 
 
 def record_mb_s(path: Path, tmp: Path) -> float | None:
@@ -134,12 +142,17 @@ def main() -> None:
             path = tmp / f"{kind}.log"
             generate(path, args.mb, kind)
             cat = cat_mb_s(path)
-            ours, steps = parse_mb_s(path)
+            ours, cpu, steps = parse_mb_s(path)
             print(json.dumps({"figure": f"log_capture_parse_{kind}", "value": round(ours, 2), "unit": "MB/s",
                               "reference": round(cat, 2), "ratio": round(ours / cat, 4), "target": TARGET_MB_S,
                               "met": ours >= TARGET_MB_S,
                               "note": f"{args.mb:g} MB, {steps} steps; value: LineCapture MB/s (floor 100), "
                                       "reference: cat MB/s; ratio = ours / cat"}))
+            print(json.dumps({"figure": f"log_capture_parse_{kind}_cpu", "value": round(cpu, 2), "unit": "MB/s",
+                              "reference": round(cat, 2), "ratio": round(cpu / cat, 4), "target": TARGET_MB_S,
+                              "met": cpu >= TARGET_MB_S,
+                              "note": f"the same in CPU time of the parsing process (what a loaded machine's wall "
+                                      f"figure hides); load average {os.getloadavg()[0]:.1f}"}))
             if kind == "mixed":
                 through = record_mb_s(path, tmp)
                 print(json.dumps({"figure": "log_capture_record_mixed",

@@ -216,7 +216,7 @@ def log_evidence(path: Path, fmt: str = "auto", parse: str | None = None) -> tup
                 issues.note(f"{scan.long_lines} line(s) longer than 64 KiB were not parsed")
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise WrongKind(f"{path}: expected a {fmt} file, found {describe(path)} ({exc})") from exc
-    if rows is None or not (rows.steps or rows.evals):
+    if rows is None or not (rows.step_count() or rows.evals):
         raise WrongKind(f"{path}: no step or eval lines of a known format ({fmt if parse is None else '--parse'}); "
                         f"found {describe(path)}. Give --parse 'step (?P<step>\\d+) loss (?P<loss>\\S+)' for "
                         "lines of your own")

@@ -180,7 +180,12 @@ def table(name: str, columns: Mapping[str, Sequence[Any]]) -> pa.Table:
     arrays = []
     for f in schema:
         values = columns.get(f.name)
-        arrays.append(pa.nulls(n, f.type) if values is None else pa.array(list(values), type=f.type))
+        if values is None:
+            arrays.append(pa.nulls(n, f.type))
+        elif isinstance(values, pa.Array):
+            arrays.append(values.cast(f.type))
+        else:
+            arrays.append(pa.array(list(values), type=f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

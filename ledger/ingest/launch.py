@@ -199,7 +199,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
 
 
 def _count(rows: Rows, table: str) -> int:
-    return len(rows.steps) if table == "steps" else len(rows.evals)
+    return rows.step_count() if table == "steps" else len(rows.evals)
 
 
 def _describe(src: Source, table: str) -> dict[str, Any]:
@@ -299,7 +299,7 @@ def _file_sources(cwd: Path, tb_dir: Path | None, started: float | None, notes: 
         except (OSError, ValueError) as exc:
             notes.append((_relative(path, cwd), f"not read: {exc}"))
             continue
-        if best_state is None or (len(rows.steps), len(rows.evals)) > (len(best_state.rows.steps),
+        if best_state is None or (rows.step_count(), len(rows.evals)) > (best_state.rows.step_count(),
                                                                         len(best_state.rows.evals)):
             best_state = Source(rows, hf.STATE_FILE, hf.NAME, _relative(path, cwd), True)
     if best_state is not None:

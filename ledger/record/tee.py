@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import os
 import select
+import sys
 import tempfile
 import threading
 import time
@@ -46,6 +47,8 @@ DEFER_LIMIT = 1 << 30
 """Backlog (bytes, on disk) up to which the writer defers to a child that writes fast."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
+SWITCH_S = 0.0005
+"""The interpreter's thread switch interval while the tee runs (the default is 5 ms)."""
 _F_SETPIPE_SZ = 1031
 
 LineConsumer = Callable[[bytes], None]
@@ -122,6 +125,10 @@ class Tee:
         self.error: str | None = None
 
     def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+        # The writer's batches (redaction, parsing) hold the GIL between their C calls; a pump waiting for it
+        # holds back the child. A short switch interval hands it over within SWITCH_S instead of 5 ms.
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, SWITCH_S))
         for stream, out in zip(streams, self.outputs, strict=True):
             with contextlib.suppress(OSError):
                 fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, CHUNK)
@@ -166,6 +173,7 @@ class Tee:
         stream.close()
 
     def _write_loop(self) -> None:
+        lower_priority()  # the child and the pumps first: the log catches up when they wait
         pending = b""
         while True:
             while self.spool.busy():
@@ -225,6 +233,7 @@ class Tee:
         except OSError as exc:
             self.error = self.error or f"output.log: {exc.strerror or exc}"
         self.spool.file.close()
+        sys.setswitchinterval(getattr(self, "_switch", sys.getswitchinterval()))
         if self.error:
             notes.append(self.error)
         return notes
@@ -242,6 +251,15 @@ def _emit(out: IO[bytes], out_fd: int | None, chunk: bytes) -> None:
             out.flush()
     except (OSError, ValueError):
         pass
+
+
+def lower_priority(by: int = 10) -> None:
+    """Lower the calling thread's scheduling priority (Linux: a thread has its own nice value, and the
+    processes it starts inherit it); elsewhere nothing. For the wrapper's own work (the log's writer, the
+    stack capture), so that on a busy machine the child and the pumps that drain its pipes run first."""
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
 
 
 def group_alive(pgid: int) -> bool:

@@ -295,6 +295,9 @@ def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redacto
     """Capture the stack and write stack.json (never raises: a failed probe is recorded in its section)."""
     try:
         from ledger.record.capture import capture_stack
+        from ledger.record.tee import lower_priority
+
+        lower_priority()  # runs beside the child: the child and the tee's pumps first
 
         stack = capture_stack(opts.cwd, env, list(opts.command), redactor)
         data = stack.model_dump(mode="json")

@@ -241,11 +241,16 @@ def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
             if cleaned != values:
                 table = table.set_column(i, f, pa.array(cleaned, f.type))
         elif pa.types.is_map(f.type) and table.num_rows:
+            import pyarrow.compute as pc
+
+            column = table.column(i).combine_chunks()
+            distinct = pc.unique(column.keys).to_pylist()
+            keys = {k: redact(k) for k in distinct if k is not None}  # metric names: a few, on many rows
+            if all(k == v for k, v in keys.items()):
+                continue
             rows = table.column(i).to_pylist()
-            keys = {k: redact(k) for r in rows if r is not None for k, _ in r}
             cleaned_rows = [None if r is None else [(keys[k], v) for k, v in r] for r in rows]
-            if cleaned_rows != rows:
-                table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
+            table = table.set_column(i, f, pa.array(cleaned_rows, f.type))
     return table
 
 

@@ -14,42 +14,81 @@ the others are reported, never mixed in (two formats would number steps differen
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache, partial
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from ledger.ingest.common import strip_rank, table
-from ledger.ingest.formats import LINE_FORMATS
+from ledger.ingest.formats import LINE_FORMATS, columns
 from ledger.ingest.formats.base import BAD, INT_COLUMNS, STEP_COLUMNS, Format, Parsed
 from ledger.ingest.formats.keyvalue import NAME as GENERIC
-from ledger.ingest.formats.template import Templates
+from ledger.ingest.formats.template import Templates, agrees, checks
+from schemas.tables import EXTRA
 
 MAX_LINE = 1 << 16
 """Longest line (bytes) offered to the formats; longer lines are skipped and counted."""
 BLOCK = 1 << 20
+BLOCK_MIN = 1 << 16
+"""Blocks of complete lines larger than this are read by templates as columns; smaller ones line by line."""
 _WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter", b"'eval_")
 """A line is offered to the formats only when it holds one of these (every format's step lines do)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
 
 
+@cache
+def _hints() -> Any:
+    """The hint words as one RE2 pattern (one scan of a block finds the lines holding any of them)."""
+    import re2
+
+    return re2.compile(b"|".join(re.escape(w) for w in _WORDS))
+
+
+Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
+"""One metric's observations: (line number, step, value), each an array."""
+COMPACT_ROWS = 1 << 16
+"""Rows read as columns that are merged by step once this many (or as many as already merged) are pending."""
+
+
+@dataclass
+class Merged:
+    """Rows merged by step: the sorted distinct steps and, per metric, its values and where it was given."""
+
+    steps: npt.NDArray[np.int64]
+    values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]]
+
+
 @dataclass
 class Rows:
-    """What one format (or file) gave: steps merged by step, evals, unparsed line numbers."""
+    """What one format (or file) gave: steps merged by step (the first value of each metric in file order
+    wins), evals, unparsed line numbers.
+
+    Lines read by a format's parser come one by one (:meth:`add`); the lines of a block read by a template
+    come as columns (:meth:`add_columns`), kept as numpy arrays, never one Python object per line."""
 
     name: str
-    steps: dict[int, dict[str, float]] = field(default_factory=dict)
     evals: list[tuple[int, str | None, str, float]] = field(default_factory=list)
     unparsed: list[int] = field(default_factory=list)
     ordinal: bool = False
     last_step: int | None = None
     _count: int = 0
+    _slow: dict[int, dict[str, tuple[float, int]]] = field(default_factory=dict)
+    _names: dict[str, None] = field(default_factory=dict)
+    _chunks: list[dict[str, Column]] = field(default_factory=list)
+    _pending: int = 0
+    _compacted: int = 0
+    _last_line: int = -1
+    _fast_last: tuple[int, int] | None = None
+    _merged: Merged | None = None
 
     def add(self, parsed: Parsed, where: int = 0) -> None:
-        """One parsed line (``where``: its line number, for problems)."""
+        """One parsed line (``where``: its line number, for problems and for the order of values)."""
         if parsed is BAD:
             self.unparsed.append(where)
             return
@@ -58,35 +97,137 @@ class Rows:
             if step is None:  # a format that prints no step number: number the lines
                 self._count += 1
                 step, self.ordinal = self._count, True
-            row = self.steps.setdefault(step, {})
+            row = self._slow.setdefault(step, {})
             for k, v in parsed.metrics.items():
-                row.setdefault(k, v)
-            self.last_step = step
+                if k not in row:
+                    row[k] = (v, where)
+                    self._names.setdefault(k)
+            self.last_step, self._last_line = step, where
+            self._merged = None
         if parsed.evals:
-            at = step if step is not None else self.last_step
+            at = step if step is not None else self._step_before(where)
             if at is None:
                 at = 0
             self.evals.extend((at, split, metric, value) for split, metric, value in parsed.evals)
 
+    def add_columns(self, lines: npt.NDArray[np.int64], steps: npt.NDArray[np.int64],
+                    values: Mapping[str, npt.NDArray[np.float64]]) -> None:
+        """Lines read as columns: their line numbers (increasing), steps and each metric's values."""
+        if not len(lines) or not set(values) - {"epoch"}:
+            return
+        if self._chunks:  # the latest chunk is always as read (lines increasing): its last row is the latest
+            last_lines, last_steps, _ = next(iter(self._chunks[-1].values()))
+            self._fast_last = (int(last_lines[-1]), int(last_steps[-1]))
+        if self._pending >= max(COMPACT_ROWS, self._compacted):
+            self._compact()
+        self._chunks.append({name: (lines, steps, column) for name, column in values.items()})
+        self._names.update(dict.fromkeys(values))
+        self._pending += len(lines)
+        self._merged = None
+
+    def _step_before(self, where: int) -> int | None:
+        """The latest step seen before line ``where`` (evals printed without a step belong to it)."""
+        best = (self._last_line, self.last_step) if self.last_step is not None and self._last_line < where else None
+        fast = self._fast_last
+        if self._chunks:
+            lines, steps, _ = next(iter(self._chunks[-1].values()))
+            i = int(np.searchsorted(lines, where)) - 1
+            if i >= 0:
+                fast = (int(lines[i]), int(steps[i]))
+        if fast is not None and fast[0] < where and (best is None or fast[0] > best[0]):
+            best = fast
+        return None if best is None else best[1]
+
+    def _compact(self) -> None:
+        """Merge the columns read so far by step (first in file order wins), keeping where each value came from."""
+        merged: dict[str, Column] = {}
+        for name in self._names:
+            parts = [chunk[name] for chunk in self._chunks if name in chunk]
+            if parts:
+                merged[name] = _first_by_step(parts)
+        self._chunks = [merged] if merged else []
+        self._compacted = max((len(c[1]) for c in merged.values()), default=0)
+        self._pending = 0
+
+    def merged(self) -> Merged:
+        """All rows merged by step."""
+        if self._merged is not None:
+            return self._merged
+        columns: dict[str, list[Column]] = {name: [chunk[name] for chunk in self._chunks if name in chunk]
+                                            for name in self._names}
+        slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
+        for step, row in self._slow.items():
+            for k, (v, line) in row.items():
+                lines, steps, vals = slow.setdefault(k, ([], [], []))
+                lines.append(line)
+                steps.append(step)
+                vals.append(v)
+        for k, (line_list, step_list, value_list) in slow.items():
+            columns.setdefault(k, []).append((np.asarray(line_list, np.int64), np.asarray(step_list, np.int64),
+                                              np.asarray(value_list, np.float64)))
+        all_steps = [c[1] for parts in columns.values() for c in parts]
+        distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
+        values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+        for name in self._names:
+            parts = columns.get(name) or []
+            if not parts:
+                continue
+            _, first_steps, first_values = _first_by_step(parts)
+            column = np.full(len(distinct), np.nan)
+            present = np.zeros(len(distinct), bool)
+            at = np.searchsorted(distinct, first_steps)
+            column[at] = first_values
+            present[at] = True
+            values[name] = (column, present)
+        self._merged = Merged(distinct, values)
+        return self._merged
+
+    def step_count(self) -> int:
+        """Distinct steps."""
+        if not self._chunks:
+            return len(self._slow)
+        return len(self.merged().steps)
+
+    @property
+    def steps(self) -> dict[int, dict[str, float]]:
+        """The steps as ``{step: {metric: value}}`` (built on demand: for tests and small files)."""
+        m = self.merged()
+        out: dict[int, dict[str, float]] = {int(s): {} for s in m.steps}
+        for name, (column, present) in m.values.items():
+            for i in np.flatnonzero(present):
+                out[int(m.steps[i])][name] = float(column[i])
+        return out
+
     def columns(self) -> list[str]:
         """Metric names of the steps, columns first, in a stable order."""
-        names: dict[str, None] = {}
-        for row in self.steps.values():
-            names.update(dict.fromkeys(row))
+        names = self._names
         known = [c for c in ("loss", "lr", "grad_norm") if c in names]
         return known + sorted(n for n in names if n not in known)
 
     def tables(self) -> dict[str, pa.Table]:
         """The steps and evals tables (rank 0, no wall time: a log line has none we can trust)."""
-        steps = sorted(self.steps.items())
-        cols: dict[str, list[object]] = {"rank": [0] * len(steps), "step": [s for s, _ in steps]}
+        m = self.merged()
+        n = len(m.steps)
+        cols: dict[str, pa.Array] = {"rank": pa.array(np.zeros(n, np.int32)), "step": pa.array(m.steps)}
         for name in sorted(STEP_COLUMNS):
-            values = [row.get(name) for _, row in steps]
-            if any(v is not None for v in values):
-                cols[name] = [None if v is None else (_int(v) if name in INT_COLUMNS else v) for v in values]
-        extras: list[object] = [[(k, v) for k, v in row.items() if k not in STEP_COLUMNS] or None for _, row in steps]
-        if any(extras):
-            cols["extra"] = extras
+            if name not in m.values:
+                continue
+            column, present = m.values[name]
+            if name in INT_COLUMNS:
+                ok = present & np.isfinite(column)
+                cols[name] = pa.array(np.where(ok, column, 0).astype(np.int64), mask=~ok)
+            else:
+                cols[name] = pa.array(column, mask=~present)
+        extra = [name for name in m.values if name not in STEP_COLUMNS]
+        if extra:
+            present = np.stack([m.values[name][1] for name in extra], axis=1)
+            rows_at, names_at = np.nonzero(present)  # row-major: each row's names in order
+            items = np.stack([m.values[name][0] for name in extra], axis=1)[rows_at, names_at]
+            offsets = np.zeros(n + 1, np.int32)
+            np.cumsum(present.sum(axis=1), out=offsets[1:])
+            cols["extra"] = pa.MapArray.from_arrays(
+                pa.array(offsets), pa.array(extra, pa.string()).take(pa.array(names_at)), pa.array(items, pa.float64()),
+                type=EXTRA, mask=pa.array(~present.any(axis=1)))
         evals = self.evals
         ev_cols: dict[str, list[object]] = {
             "rank": [0] * len(evals), "step": [e[0] for e in evals], "split": [e[1] for e in evals],
@@ -95,8 +236,21 @@ class Rows:
         return {"steps": table("steps", cols), "evals": table("evals", ev_cols)}
 
 
-def _int(v: float) -> int | None:
-    return int(v) if math.isfinite(v) else None
+def _distinct(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Sorted distinct values (by sorting: numpy's hashing ``unique`` is far slower on a million steps)."""
+    values = np.sort(values)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
+def _first_by_step(parts: list[Column]) -> Column:
+    """Observations merged by step: per step, the value of the lowest line number (sorted by step)."""
+    lines = np.concatenate([p[0] for p in parts])
+    steps = np.concatenate([p[1] for p in parts])
+    vals = np.concatenate([p[2] for p in parts])
+    order = np.argsort(lines, kind="stable")
+    distinct, first = np.unique(steps[order], return_index=True)
+    pick = order[first]
+    return lines[pick], distinct, vals[pick]
 
 
 class LineCapture:
@@ -113,11 +267,28 @@ class LineCapture:
         self.ended_without_newline = False
         self._pending = b""
         self._skipping = False
+        self._queue: list[bytes] = []
+        self._queued = 0
         self._last: str | None = None
         self.templates = Templates(self.formats, enabled=fast)
 
     def feed(self, data: bytes) -> None:
-        """A chunk of output (any size, lines may span chunks)."""
+        """A chunk of output (any size, lines may span chunks). Small chunks are gathered up to
+        :data:`BLOCK` bytes first: reading a block costs a few calls whatever its size (a regular expression
+        compiled and its automaton built per call), so larger blocks are cheaper per byte."""
+        self._queue.append(data)
+        self._queued += len(data)
+        if self._queued >= BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._queue:
+            return
+        data = self._queue[0] if len(self._queue) == 1 else b"".join(self._queue)
+        self._queue, self._queued = [], 0
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -139,30 +310,37 @@ class LineCapture:
             self._pending = data[last + 1:]
 
     def _lines(self, data: bytes, size: int) -> None:
-        """The complete lines of ``data[:size]``: lines of the log's usual step shape are read a block at a
-        time (:meth:`Template.read_block`); of the others, only those holding a hint word are looked at (found
+        """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a
+        time, as columns (:meth:`_blocks`); of the others, only those holding a hint word are looked at (found
         by ``bytes.find`` over the whole block, so the other lines cost nothing)."""
-        fast = self.templates.for_blocks()
-        read: list[tuple[int, Parsed]] = []
-        if fast is not None and size > 1 << 16:
-            text = data[:size].decode("utf-8", "replace")
-            rest, read = fast.read_block(text, lambda line: self.templates.parse(fast.format, line))
-            if read:
-                data = rest.encode("utf-8")
-                size = len(data)
+        for _ in range(4):  # no template ready yet: the first lines one by one, then the rest as columns
+            if size <= BLOCK_MIN or not self.templates.enabled or self.templates.for_blocks():
+                break
+            cut = data.rfind(b"\n", 0, BLOCK_MIN // 2) + 1
+            if cut <= 0:
+                break
+            self._scan(data, cut)
+            data, size = data[cut:size], size - cut
+        if size > BLOCK_MIN:
+            data = self._blocks(data[:size] if size < len(data) else data, self.lines)
+            size = len(data)
+        self._scan(data, size)
+
+    def _scan(self, data: bytes, size: int) -> None:
+        """The lines of ``data[:size]`` one by one: those holding a hint word (all with ``hint=False``)."""
+        first = self.lines
         if not self.hint:
             starts = None
         else:
-            found: dict[int, int] = {}
-            find, rfind = data.find, data.rfind
-            for word in _WORDS:
-                at = find(word, 0, size)
-                while at >= 0:
-                    start = rfind(b"\n", 0, at) + 1
-                    end = find(b"\n", at, size)
-                    found[start] = end
-                    at = find(word, end, size)
-            starts = sorted(found.items())
+            starts = []
+            find, rfind, search = data.find, data.rfind, _hints().search
+            text = data if size == len(data) else data[:size]
+            m = search(text)
+            while m is not None:  # one RE2 scan of the block for all the words
+                start = rfind(b"\n", 0, m.start()) + 1
+                end = find(b"\n", m.end() - 1, size)
+                starts.append((start, end))
+                m = search(text, end + 1) if end + 1 < size else None
         if starts is None:
             starts = []
             pos = 0
@@ -170,23 +348,55 @@ class LineCapture:
                 end = data.find(b"\n", pos, size)
                 starts.append((pos, end))
                 pos = end + 1
-        first = self.lines
         base = first
         counted = 0
         count = data.count
-        rows = self.rows[fast.format] if read and fast is not None else None
-        i = 0
         for start, end in starts:
             base += count(b"\n", counted, start)
             counted = start
-            while rows is not None and i < len(read) and first + read[i][0] < base:  # file order: first wins
-                rows.add(read[i][1], first + read[i][0] + 1)
-                i += 1
             self._line(data, start, end, base + 1)
-        if rows is not None:
-            for index, parsed in read[i:]:
-                rows.add(parsed, first + index + 1)
         self.lines = base + count(b"\n", counted, size)
+
+    def _blocks(self, block: bytes, first: int) -> bytes:
+        """Read the lines of ``block`` (complete lines; the first is line ``first + 1``) that have a checked
+        template's shape, as columns (:mod:`.columns`), the most used template first; returns the block with
+        those lines emptied (newlines kept). A template is checked against its format's parser on every
+        line :func:`.template.checked` names: one disagreement drops it, from that line on."""
+        for template in self.templates.for_blocks():
+            shape = template.shape()
+            if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line
+                text = block.decode("utf-8", "replace")
+                rest, read = template.read_block(text, partial(self.templates.parse, template.format))
+                if read:
+                    rows = self.rows[template.format]
+                    for index, parsed in read:
+                        rows.add(parsed, first + index + 1)
+                    block = rest.encode("utf-8")
+                continue
+            got = columns.read(shape, block)
+            if got is None:  # a number that does not parse: this block line by line (a third time: always)
+                template.failures += 1
+                if template.failures >= 3:
+                    template.no_columns()
+                continue
+            if not len(got.lines):
+                continue
+            uses = template.uses
+            template.uses += len(got.lines)
+            for j in checks(uses, len(got.lines)):
+                start, end = int(got.offsets[got.lines[j]]), int(got.offsets[got.lines[j] + 1]) - 1
+                line = block[start:end].decode("utf-8", "replace")
+                parsed = Parsed(step=int(got.steps[j]), metrics={k: float(v[j]) for k, v in got.values.items()})
+                if not agrees(parsed, self.templates.parse(template.format, line)):
+                    template.dead = True
+                    template.uses = uses + j + 1
+                    got = got.head(j)
+                    break
+            self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
+            block = got.rest
+            if template.dead:
+                break
+        return block
 
     def _line(self, data: bytes, start: int, end: int, lineno: int) -> None:
         if end - start > MAX_LINE:
@@ -225,6 +435,7 @@ class LineCapture:
 
     def close(self) -> None:
         """End of output: a last line without a line end is read too."""
+        self._flush()
         if self._pending and not self._skipping:
             self.ended_without_newline = True
             data, self._pending = self._pending + b"\n", b""
@@ -240,15 +451,15 @@ class LineCapture:
 
     def best(self) -> Rows | None:
         """The format that gave the most steps (then evals); None when no format gave anything."""
-        found = [r for r in self.rows.values() if r.steps or r.evals]
+        found = [r for r in self.rows.values() if r.step_count() or r.evals]
         if not found:
             return None
-        return max(found, key=lambda r: (len(r.steps), len(r.evals)))
+        return max(found, key=lambda r: (r.step_count(), len(r.evals)))
 
     def others(self) -> list[Rows]:
         """Formats that also matched some lines but were not chosen."""
         best = self.best()
-        return [r for r in self.rows.values() if (r.steps or r.evals) and r is not best]
+        return [r for r in self.rows.values() if (r.step_count() or r.evals) and r is not best]
 
 
 def rows_of(name: str, parsed: Iterable[Parsed]) -> Rows:

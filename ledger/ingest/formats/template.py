@@ -5,8 +5,9 @@ by one ``fullmatch`` and a few ``float`` calls instead of the format's parser.
 A template is built only when every value the format took from the line is one of the line's numbers
 (as printed, or scaled by a unit the formats use: ms to s, GiB/GB to bytes) and the step too (or the format
 numbers its lines); otherwise that shape keeps the format's parser. A template is checked against the
-format's parser on its first :data:`CHECK_FIRST` lines and on every :data:`CHECK_EVERY`-th line after:
-one disagreement drops it for good (that line keeps the parser's reading).
+format's parser on its first :data:`CHECK_FIRST` lines, on every :data:`CHECK_EVERY`-th line up to its
+:data:`CHECK_DENSE`-th and on every :data:`CHECK_SPARSE`-th after (:func:`checked`): one disagreement drops it
+for good (that line keeps the parser's reading).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import re
 from dataclasses import dataclass
 
 from ledger.ingest.formats.base import Format, Parsed
+from ledger.ingest.formats.columns import Shape, prepare
 
 CHECK_FIRST = 8
 CHECK_EVERY = 64
+CHECK_DENSE = 4096
+CHECK_SPARSE = 1024
 MAX_TEMPLATES = 8
 _NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _TOKEN = re.compile(r"(?<![\w.])(?:" + _NUM + r")(?![\w])")
@@ -34,15 +38,35 @@ class Template:
     step_group: int | None
     metrics: list[tuple[str, int, float]]
     """(name, group, scale)."""
+    pieces: tuple[str, ...] = ()
+    """The literal text around the numbers of the line it was built from (one more than the numbers)."""
+    source: str = ""
+    """The line it was built from."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """Where the numbers are in that line."""
     uses: int = 0
     dead: bool = False
+    failures: int = 0
+    """Blocks it could not read as columns."""
     _block: re.Pattern[str] | None = None
+    _shape: Shape | None | bool = False
 
     def block(self) -> re.Pattern[str]:
         """The template as a pattern over a block of lines (one match per whole line)."""
         if self._block is None:
             self._block = re.compile(f"^(?:{self.regex.pattern})$", re.M)
         return self._block
+
+    def shape(self) -> Shape | None:
+        """The template prepared for reading whole blocks as columns (:mod:`.columns`); None when its line
+        cannot be cut that way (then :meth:`read_block` reads its lines)."""
+        if self._shape is False:
+            self._shape = prepare(self.source, self.pieces, self.spans, self.step_group, self.metrics)
+        return self._shape if isinstance(self._shape, Shape) else None
+
+    def no_columns(self) -> None:
+        """Read this template's blocks by its pattern from now on (a block it could not cut into columns)."""
+        self._shape = None
 
     def read_block(self, text: str, verify: Format) -> tuple[str, list[tuple[int, Parsed]]]:
         """Read every line of ``text`` of this shape; returns the text with those lines emptied (their line
@@ -64,7 +88,7 @@ class Template:
             except ValueError:
                 continue
             parsed = Parsed(step=step, metrics=metrics)
-            if self.uses % CHECK_EVERY == 0 and not agrees(parsed, verify(m.group())):
+            if checked(self.uses) and not agrees(parsed, verify(m.group())):
                 self.dead = True
                 break
             start = m.start()
@@ -94,6 +118,18 @@ class Template:
         except ValueError:
             return None
         return Parsed(step=step, metrics=metrics, ordinal=self.step_group is None)
+
+
+def checked(use: int) -> bool:
+    """Whether a template's ``use``-th line (counted from 1) is checked against the parser."""
+    return use % (CHECK_EVERY if use <= CHECK_DENSE else CHECK_SPARSE) == 0
+
+
+def checks(uses: int, n: int) -> list[int]:
+    """Which of the next ``n`` lines (0-based) of a template that read ``uses`` lines so far are checked."""
+    dense = [j for j in range(CHECK_EVERY - 1 - uses % CHECK_EVERY, min(n, CHECK_DENSE - uses), CHECK_EVERY)]
+    start = max(uses, CHECK_DENSE)
+    return dense + list(range(start - uses + CHECK_SPARSE - 1 - start % CHECK_SPARSE, n, CHECK_SPARSE))
 
 
 def _float(text: str) -> float:
@@ -135,22 +171,26 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
         used.add(found[0])
         metrics.append((key, found[0], found[1]))
     parts: list[str] = []
+    pieces: list[str] = []
     pos = 0
     for t in tokens:
-        parts.append(_literal(line[pos:t.start()]))
+        pieces.append(line[pos:t.start()])
+        parts.append(_literal(pieces[-1]))
         parts.append(f"({_NUM})")
         pos = t.end()
-    parts.append(_literal(line[pos:]))
+    pieces.append(line[pos:])
+    parts.append(_literal(pieces[-1]))
     try:
         regex = re.compile("".join(parts))
     except re.error:
         return None
-    return Template(name, regex, step_group, metrics)
+    return Template(name, regex, step_group, metrics, tuple(pieces), line, tuple(t.span() for t in tokens))
 
 
 def _literal(text: str) -> str:
-    """Literal text, runs of spaces matching any run of spaces (aligned columns change width)."""
-    return "".join(r" *" if chunk.isspace() else re.escape(chunk) for chunk in re.split(r"( +)", text) if chunk)
+    """Literal text, runs of spaces matching any run of one or more spaces (aligned columns change width; a
+    number glued to its name, ``loss2.5``, is another shape, which the format's parser reads)."""
+    return "".join(r" +" if chunk.isspace() else re.escape(chunk) for chunk in re.split(r"( +)", text) if chunk)
 
 
 def agrees(a: Parsed, b: Parsed | None) -> bool:
@@ -176,7 +216,7 @@ class Templates:
             if parsed is None:
                 continue
             t.uses += 1
-            if t.uses <= CHECK_FIRST or t.uses % CHECK_EVERY == 0:
+            if t.uses <= CHECK_FIRST or checked(t.uses):
                 slow = self.parse(t.format, line)
                 if not agrees(parsed, slow):
                     t.dead = True
@@ -190,10 +230,10 @@ class Templates:
 
         return self.formats[name](strip_rank(line)[1])
 
-    def for_blocks(self) -> Template | None:
-        """The most used checked template with step numbers, to read whole blocks with."""
+    def for_blocks(self) -> list[Template]:
+        """The checked templates with step numbers, most used first, to read whole blocks with."""
         ready = [t for t in self.items if not t.dead and t.step_group is not None and t.uses >= CHECK_FIRST]
-        return max(ready, key=lambda t: t.uses, default=None)
+        return sorted(ready, key=lambda t: t.uses, reverse=True)
 
     def learn(self, name: str, line: str, parsed: Parsed) -> None:
         if not self.enabled or sum(not t.dead for t in self.items) >= MAX_TEMPLATES:
@@ -203,4 +243,4 @@ class Templates:
             self.items.append(template)
 
 
-__all__ = ["Template", "Templates", "agrees", "build"]
+__all__ = ["Template", "Templates", "agrees", "build", "checked", "checks"]

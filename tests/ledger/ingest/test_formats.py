@@ -172,3 +172,61 @@ def test_fast_path_reads_what_the_parsers_read() -> None:
 
     assert norm(fast_steps) == norm(slow_steps) and fast_evals == slow_evals and fast_bad == slow_bad
     assert any(t.uses > 1000 for t in fast.templates.items) and fast.lines == slow.lines == len(lines)
+
+
+def test_columnar_path_reads_what_the_parsers_read() -> None:
+    """Lines of a learned shape are read a block at a time as columns (formats/columns.py): a logging prefix
+    of numbers nobody reads (a date with dashes, a time with a comma), thousands separators, signs and
+    exponents, and lines of the same shape that the columns must leave to the parsers (nan where a number
+    was, a piece glued to its number, a step like 1.5) all read exactly as the formats' own parsers read them."""
+    lines = []
+    for step in range(1, 6001):
+        stamp = f"2026-12-01 10:{step // 60 % 60:02d}:{step % 60:02d},{step % 1000:03d} INFO train.py:212]"
+        loss = f"{(-1) ** step * 3 / step:.5e}" if step % 7 else f"{3 / step:.5f}"
+        lines.append(f"{stamp} step {step} | loss {loss} | lr {1e-4 * (step % 5):.3e} | tokens {step * 1024:,}")
+        if step % 500 == 0:
+            lines.append(f"{stamp} step {step} | loss nan | lr 1.000e-04 | tokens 1,024")  # nan: not a number run
+            lines.append(f"{stamp} step {step}.5 | loss 1.0 | lr 1.000e-04 | tokens 1,024")  # a step the parser refuses
+            lines.append(f"{stamp} step {step + 1} | loss2.5 | lr 1.000e-04 | tokens 1,024")  # glued: same shape
+    data = ("\n".join(lines) + "\n").encode()
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), 300_007):
+            capture.feed(data[i:i + 300_007])
+        capture.close()
+    fast_steps, fast_evals, fast_bad = _rows(fast)
+    slow_steps, slow_evals, slow_bad = _rows(slow)
+    assert len(slow_steps) == 6001  # the last glued line's step 6001 too
+    assert slow_steps[7] == {"loss": 0.42857, "lr": 2e-4, "tokens": 7168, "train.py": 212}
+    assert slow_steps[8]["loss"] == 3.75e-01 and slow_steps[9]["loss"] == -3.33333e-01
+    assert fast_steps == slow_steps and fast_evals == slow_evals and fast_bad == slow_bad
+    best = fast.best()
+    assert best is not None and best._chunks and fast.lines == slow.lines == len(lines)
+    assert best.tables()["steps"].equals(slow.best().tables()["steps"])  # type: ignore[union-attr]
+
+
+def test_rows_from_columns_and_parsers_merge_by_step_in_file_order() -> None:
+    """Rows read as columns and rows read by a parser merge by step, the first value in file order winning,
+    also across the merges of many columns (compaction); an eval printed without a step belongs to the
+    latest step printed before it; tables carry extra metrics as a map and whole-number columns as ints."""
+    import numpy as np
+
+    from ledger.ingest.formats import scan
+    from ledger.ingest.formats.base import Parsed
+
+    rows = scan.Rows("x")
+    rows.add(Parsed(step=2, metrics={"loss": 9.0, "acc": 0.5}), where=1)  # line 1: the first loss of step 2
+    lines = np.arange(10, 10 + scan.COMPACT_ROWS + 5, dtype=np.int64)  # lines 10...: steps 1, 2, 3, 1, 2, 3...
+    steps = lines % 3 + 1
+    rows.add_columns(lines, steps, {"loss": lines.astype(float), "tokens": np.full(len(lines), 4096.0)})
+    rows.add_columns(lines[-2:] + 10**6, np.array([7, 2]), {"loss": np.array([7.5, 1.0]),
+                                                            "tokens": np.array([np.inf, 1.0])})
+    rows.add(Parsed(step=None, evals=[("val", "loss", 3.25)]), where=10**6 + lines[-2] + 1)  # after step 7's line
+    rows.add(Parsed(step=3, metrics={"loss": 0.0, "acc": 0.25}), where=5)  # line 5: before every column line
+    assert rows.step_count() == 4 and rows.evals == [(7, "val", "loss", 3.25)]
+    # by hand: step 1 first appears on line 12 (12 % 3 + 1 = 1), step 2 on line 1, step 3 on line 5
+    assert rows.steps == {1: {"loss": 12.0, "tokens": 4096.0}, 2: {"loss": 9.0, "acc": 0.5, "tokens": 4096.0},
+                          3: {"loss": 0.0, "acc": 0.25, "tokens": 4096.0}, 7: {"loss": 7.5, "tokens": math.inf}}
+    steps_table = rows.tables()["steps"].to_pydict()
+    assert steps_table["step"] == [1, 2, 3, 7] and steps_table["tokens"] == [4096, 4096, 4096, None]
+    assert steps_table["extra"] == [None, [("acc", 0.5)], [("acc", 0.25)], None]
