@@ -3,7 +3,7 @@ MLflow's ``MlflowClient().log_batch`` (sqlite backend) and with one raw pyarrow 
 
 Ours: ``ledger.sdk.Run(tmp, rank=0)`` (background flush thread on, as in training), 100,000
 ``log_step(step, **metrics)`` calls, ``close()``, then finalized the way publish does it:
-``ledger.store.merge.read_table`` + ``pyarrow.parquet.write_table(..., compression="zstd")``.
+``ledger.store.merge.read_table`` + ``ledger.store.publish.write_parquet`` (zstd).
 
 References, all starting from the same Python data (a list of 100,000 dicts, built before timing):
 - raw Parquet: ``pa.Table.from_pylist(rows)`` + ``pq.write_table(..., compression="zstd")`` (one wide
@@ -59,10 +59,9 @@ def make_rows(names: tuple[str, ...], steps: int, seed: int = 0) -> list[dict[st
 
 # ------------------------------------------------------------------------------------------- ours
 def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
-    import pyarrow.parquet as pq
-
     from ledger.sdk import Run
     from ledger.store.merge import read_table
+    from ledger.store.publish import write_parquet
 
     gc.collect()
     t0 = time.perf_counter()
@@ -75,7 +74,7 @@ def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
     t2 = time.perf_counter()
     table, problems = read_table(workdir, "steps")
     t3 = time.perf_counter()
-    pq.write_table(table, workdir / "steps.parquet", compression="zstd")
+    write_parquet(table, workdir / "steps.parquet")
     t4 = time.perf_counter()
     _check(table, rows, problems)
     return {"total": t4 - t0, "log_step": t1 - t0, "close": t2 - t1, "read": t3 - t2, "write": t4 - t3}

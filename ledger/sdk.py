@@ -160,17 +160,14 @@ class _Steps(_Table):
         steps, clock, given = rows[0::3], rows[1::3], rows[2::3]
         n = len(given)
         try:
-            fields = [f for f in _STEP_GIVEN if f.name in given[0]]
-            filled = _columns(given, fields)
-            if sum(map(len, given)) == sum(len(a) - a.null_count for a in filled.values()):
-                extra = pa.nulls(n, EXTRA)  # every key of every row filled a known column with a value
-            else:  # other metrics, None values, or rows with different keys
-                shapes = set(map(tuple, given))
-                present = set().union(*shapes)
-                wider = [f for f in _STEP_GIVEN if f.name in present]
-                if len(wider) != len(fields):
-                    filled = _columns(given, wider)
-                extra = _extra_column(given, shapes)
+            uniform = _uniform_columns(given)
+        except _ARROW_ERRORS:  # the general path below coerces what the fast one refuses
+            uniform = None
+        try:
+            if uniform is not None:
+                filled, extra = uniform
+            else:
+                filled, extra = _general_columns(given)
         except _ARROW_ERRORS:  # e.g. torch scalars: coerce value by value
             return super().to_batch(self._tuples(steps, clock, given))
         given_time = filled.get("time")
@@ -257,6 +254,63 @@ def _columns(given: list[dict[str, Any]], fields: list[pa.Field]) -> dict[str, p
     if not fields:
         return {}
     return dict(zip([f.name for f in fields], pa.array(given, type=pa.struct(fields)).flatten(), strict=True))
+
+
+def _uniform_columns(given: list[dict[str, Any]]) -> tuple[dict[str, pa.Array], pa.Array] | None:
+    """The known columns and the ``extra`` column when every row holds the same names in the same order,
+    some of them custom, each with a value, as a training loop logs them (None otherwise). The values are
+    read row by row straight into one numpy array (custom names only), or converted by one C++ pass into
+    a struct whose custom columns numpy interleaves row by row: the MAP's values, with no Python object
+    per value and nothing kept per row for the garbage collector to track."""
+    names = tuple(given[0])
+    width = len(names)
+    if _STEP_KNOWN.issuperset(names):  # known names only: the general path costs no more
+        return None
+    if set(map(len, given)) != {width} or not all(map(names.__eq__, map(tuple, given))):
+        return None
+    import numpy as np
+
+    n = len(given)
+    if _STEP_KNOWN.isdisjoint(names):  # custom names only: the values, row by row, are the MAP's values
+        values = np.fromiter(itertools.chain.from_iterable(map(dict.values, given)), np.float64, n * width)
+        if np.isnan(values).any():  # None or NaN among them: the general path keeps them as they are
+            return None
+        return {}, _uniform_map(names, n, pa.array(values))
+    known = {f.name: f for f in _STEP_GIVEN}
+    struct = pa.array(given, type=pa.struct([known.get(k) or pa.field(k, pa.float64()) for k in names]))
+    columns = struct.flatten()
+    if any(c.null_count for c in columns):  # None values: the general path keeps them as they are
+        return None
+    filled = {k: c for k, c in zip(names, columns, strict=True) if k in known}
+    custom = [(k, c) for k, c in zip(names, columns, strict=True) if k not in known]
+    values = np.column_stack([c.to_numpy() for _, c in custom]).ravel()
+    return filled, _uniform_map(tuple(k for k, _ in custom), n, pa.array(values))
+
+
+def _uniform_map(names: tuple[str, ...], n: int, values: pa.Array) -> pa.Array:
+    """The ``extra`` MAP of ``n`` rows that each hold ``names``, in order, with ``values`` row by row."""
+    import numpy as np
+
+    width = len(names)
+    offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
+    keys = pa.array(names, type=pa.string()).take(pa.array(np.tile(np.arange(width, dtype=np.int32), n)))
+    return pa.MapArray.from_arrays(offsets, keys, values)
+
+
+def _general_columns(given: list[dict[str, Any]]) -> tuple[dict[str, pa.Array], pa.Array]:
+    """The known columns and the ``extra`` column of rows whose names or order differ, or hold None."""
+    n = len(given)
+    fields = [f for f in _STEP_GIVEN if f.name in given[0]]
+    filled = _columns(given, fields)
+    if sum(map(len, given)) == sum(len(a) - a.null_count for a in filled.values()):
+        return filled, pa.nulls(n, EXTRA)  # every key of every row filled a known column with a value
+    # other metrics, None values, or rows with different keys
+    shapes = set(map(tuple, given))
+    present = set().union(*shapes)
+    wider = [f for f in _STEP_GIVEN if f.name in present]
+    if len(wider) != len(fields):
+        filled = _columns(given, wider)
+    return filled, _extra_column(given, shapes)
 
 
 def _extra_column(given: list[dict[str, Any]], shapes: set[tuple[str, ...]]) -> pa.Array:

@@ -414,7 +414,18 @@ def fit_law(
     ref: str = "REF",
 ) -> LawFit:
     """Fit the law to ``data``; see the module docstring. ``fixed`` pins parameters to given values;
-    ``ref`` names a receipt in the commands of a refusal."""
+    ``ref`` names a receipt in the commands of a refusal. The solver's linear algebra (an SVD of a
+    400 x 11 Jacobian per step) runs on one BLAS thread: threads cost more than such small products, and
+    on a busy machine far more (:mod:`ledger.analyses.blas`)."""
+    from ledger.analyses.blas import one_thread
+
+    with one_thread():
+        return _fit_law(data, prior=prior, inits=inits, bootstrap=bootstrap, folds=folds,
+                        huber_delta=huber_delta, seed=seed, fixed=fixed, ref=ref)
+
+
+def _fit_law(data: Data, *, prior: Law, inits: int, bootstrap: int, folds: int, huber_delta: float | None,
+             seed: int, fixed: dict[str, float] | None, ref: str) -> LawFit:
     if data.receipts < MIN_RECEIPTS:
         raise TooFewReceipts(
             f"too few receipts to fit the law: {data.receipts} usable, at least {MIN_RECEIPTS} needed; "

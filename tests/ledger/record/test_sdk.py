@@ -49,6 +49,31 @@ def test_rows_round_trip_through_the_streams(tmp_path: Path) -> None:
     assert read_table(tmp_path, "telemetry")[0].num_rows == 1
 
 
+@pytest.mark.parametrize("known", [{}, {"loss": 0.5, "tokens": 8}], ids=["custom-only", "with-known"])
+def test_custom_names_keep_every_value_in_each_rows_order(tmp_path: Path, known: dict[str, float]) -> None:
+    """One flush of rows with the same custom names (the columnar path), then rows that differ in order,
+    hold None or a string number (the general path): every value arrives under its name, in its row's
+    order, exactly as the dicts said (the expected maps are the dicts themselves)."""
+    import numpy as np
+
+    same = [{**known, "a/x": i + 0.25, "b": np.float32(i), "c": i} for i in range(50)]
+    odd = [{"b": 1.0, "a/x": 2.0}, {"a/x": None, "b": 3.0}, {"a/x": "1.5", "b": float("nan")}, {"q": 1}]
+    for rows in (same, odd):
+        run = sdk.Run(tmp_path / str(len(rows)), rank=0, background=False)
+        for step, metrics in enumerate(rows, 1):
+            run.log_step(step, **metrics)
+        run.close()
+        table, problems = read_table(tmp_path / str(len(rows)), "steps")
+        assert not problems and table.num_rows == len(rows)
+        for row, metrics in zip(table.to_pylist(), rows, strict=True):
+            custom = [(k, v) for k, v in metrics.items() if k not in known]
+            got = row["extra"]
+            assert [k for k, _ in got] == [k for k, _ in custom]
+            for (_, value), (_, want) in zip(got, custom, strict=True):
+                assert value == (None if want is None else float(want)) or (value != value and want != want)
+            assert all(row[k] == metrics[k] for k in known if k in metrics)
+
+
 def test_numpy_and_torch_scalars_are_accepted(tmp_path: Path) -> None:
     import numpy as np
     torch = pytest.importorskip("torch", reason="torch (the torch extra) is not installed; `make test` installs it")
