@@ -302,11 +302,10 @@ def sync(
         changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
         vanished = [s for s in stamps if s not in new_stamps]
         candidates, gone = set(journal_ids), set()
-        everything = _known(con, None) if len(changed) + len(vanished) > 16 else None
+        known_in = _known_in(con, changed + vanished)  # one pass over the index's ids, however many shards
         for shard in changed + vanished:
             listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
-            known = ({i for i in everything if i.startswith(shard)} if everything is not None
-                     else _known(con, shard))
+            known = known_in[shard]
             candidates |= listed - known
             gone |= known - listed
         candidates -= _known_of(con, candidates)
@@ -363,10 +362,11 @@ def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
     current = _stamps(ledger.root)
     if set(current) != set(stamps):
         return False
-    for shard, stamp in current.items():  # a shard changed since, or too recently to trust its stamp: listed
-        if (stamp < 0 or stamps[shard] != stamp) and set(layout.shard_ids(ledger.root, shard)) != _known(con, shard):
-            return False
-    return True
+    moved = [shard for shard, stamp in current.items() if stamp < 0 or stamps[shard] != stamp]
+    if not moved:
+        return True
+    known_in = _known_in(con, moved)  # a shard changed since, or too recently to trust its stamp: listed
+    return all(set(layout.shard_ids(ledger.root, shard)) == known_in[shard] for shard in moved)
 
 
 def _mtime(path: Path) -> int | None:
@@ -379,12 +379,24 @@ def _mtime(path: Path) -> int | None:
 def _known(con: duckdb.DuckDBPyConnection, prefix: str | None) -> set[str]:
     """Ids in the index (indexed or known damaged), all or those of one shard."""
     if prefix is None:
-        sql, params = "SELECT id FROM receipts UNION ALL SELECT id FROM damaged", []
-    else:  # a range, not starts_with: DuckDB answers it from the id's index instead of reading every id
-        sql = ("SELECT id FROM receipts WHERE id >= $1 AND id < $2 "
-               "UNION ALL SELECT id FROM damaged WHERE id >= $1 AND id < $2")
-        params = [prefix, prefix + "\uffff"]
-    return {r[0] for r in con.execute(sql, params).fetchall() if r[0].startswith(prefix or "")}
+        return {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
+    return _known_in(con, [prefix])[prefix]
+
+
+def _known_in(con: duckdb.DuckDBPyConnection, shards: list[str]) -> dict[str, set[str]]:
+    """Ids in the index (indexed or known damaged) of each of ``shards``, read in one pass over the ids
+    (not a query per shard: a sync after many publishes finds many shards changed)."""
+    out: dict[str, set[str]] = {shard: set() for shard in shards}
+    if not shards:
+        return out
+    width = layout.SHARD_CHARS
+    rows = con.execute(
+        "SELECT id FROM receipts WHERE list_contains($1::VARCHAR[], left(id, $2)) "
+        "UNION ALL SELECT id FROM damaged WHERE list_contains($1::VARCHAR[], left(id, $2))", [shards, width]
+    ).fetchall()
+    for (receipt_id,) in rows:
+        out[receipt_id[:width]].add(receipt_id)
+    return out
 
 
 def _known_of(con: duckdb.DuckDBPyConnection, ids: set[str]) -> set[str]:

@@ -30,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
+from ledger.store.integrity import sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -120,15 +121,6 @@ def staging_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -376,9 +368,17 @@ def publish(
                         runtime=runtime)[0]
 
 
+class Staged(NamedTuple):
+    """A staging directory ready to publish: how its run ended, and its importer's ``amend`` (see :func:`build`)."""
+
+    run_dir: Path
+    outcome: Outcome
+    amend: Amend | None = None
+
+
 def publish_many(
     ledger: Ledger,
-    runs: Sequence[tuple[Path, Outcome]],
+    runs: Sequence[tuple[Path, Outcome] | Staged],
     *,
     redact: Redact | None = None,
     locked: bool = False,
@@ -391,20 +391,22 @@ def publish_many(
     together (the file system commits concurrent flushes at once), then every rename, one flush of each
     shard touched and of the ledger directory, one journal write for all the ids. A staging directory that
     fails to build raises, and none of the group is published (their staging directories stay, as a failed
-    :func:`publish` leaves its own). Returns the receipts in the order of ``runs``."""
+    :func:`publish` leaves its own). ``amend`` applies to every run without one of its own (:class:`Staged`).
+    Returns the receipts in the order of ``runs``."""
+    items = [r if isinstance(r, Staged) else Staged(r[0], r[1]) for r in runs]
     if redact is None:
         from ledger.redact import Redactor
 
         redact = Redactor(os.environ).text
     with ExitStack() as locks:
         if not locked:
-            for run_dir, _ in runs:
-                locks.enter_context(staging_lock(run_dir))
-        receipts: list[Receipt | None] = [None] * len(runs)
+            for staged in items:
+                locks.enter_context(staging_lock(staged.run_dir))
+        receipts: list[Receipt | None] = [None] * len(items)
         again: list[str] = []
-        built: list[tuple[int, Path]] = []  # (index in runs, its temporary directory)
+        built: list[tuple[int, Path]] = []  # (index in items, its temporary directory)
         try:
-            for k, (run_dir, outcome) in enumerate(runs):
+            for k, (run_dir, outcome, own) in enumerate(items):
                 done = _already_published(ledger, run_dir)
                 if done is not None:
                     again.append(done)
@@ -413,9 +415,9 @@ def publish_many(
                 tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
                 tmp.mkdir(parents=True)
                 built.append((k, tmp))
-                receipts[k] = build(ledger, run_dir, outcome, tmp, redact, amend, runtime)
+                receipts[k] = build(ledger, run_dir, outcome, tmp, redact, own or amend, runtime)
             fault("publishing")
-            marks = [(runs[k][0] / PUBLISHED_MARK, _sealed(receipts[k]).id) for k, _ in built]
+            marks = [(items[k][0] / PUBLISHED_MARK, _sealed(receipts[k]).id) for k, _ in built]
             _write_all_synced(marks)
             targets = []
             for k, tmp in built:
@@ -438,8 +440,8 @@ def publish_many(
         _fsync_dirs([*dict.fromkeys(t.parent for t in targets), ledger.root])
         fault("published")  # visible, not yet in the journal: recover appends it (PUBLISHED_AS)
         journal.append_many(ledger.root, [*again, *(_sealed(receipts[k]).id for k, _ in built)])
-    for run_dir, _ in runs:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    for staged in items:
+        shutil.rmtree(staged.run_dir, ignore_errors=True)
     return [_sealed(r) for r in receipts]
 
 
