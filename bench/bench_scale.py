@@ -169,12 +169,15 @@ def publish_one(root: Path, k: int, first: int) -> float:
 
 def readers_under_writers(
     root: Path, writers: int, seconds: float, env: dict[str, str],
-) -> tuple[float, float, int, list[str]]:
-    """(slowest reader, median reader, readers run, errors) while ``writers`` processes publish and sync."""
+) -> tuple[float, float, int, list[str], float, int]:
+    """(slowest reader, median reader, readers run, errors, the slowest reader's CPU seconds, readers that
+    answered before the index caught up) while ``writers`` processes publish and sync."""
     ctx = multiprocessing.get_context("fork")
     stop = ctx.Event()
     procs = [ctx.Process(target=_writer, args=(str(root), 10_000_000 + w * 100_000, stop)) for w in range(writers)]
     latencies: list[float] = []
+    cpu: list[float] = []
+    partial: list[int] = []
     errors: list[str] = []
     try:
         for p in procs:
@@ -183,9 +186,12 @@ def readers_under_writers(
         t_end = time.perf_counter() + seconds
         cmd = [*ledger_command(), "ls", "--limit", "20"]
         while time.perf_counter() < t_end or len(latencies) < 3:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _children_cpu()
             out = subprocess.run(cmd, env=env, capture_output=True, check=False)
             latencies.append(time.perf_counter() - t0)
+            cpu.append(_children_cpu() - c0)  # the writers are not reaped yet: this is the reader's alone
+            if b"not in this answer yet" in out.stderr:
+                partial.append(len(latencies))
             if out.returncode != 0:
                 errors.append(out.stderr.decode(errors="replace").strip()[-300:])
     finally:
@@ -194,7 +200,15 @@ def readers_under_writers(
             p.join(timeout=300)
             if p.is_alive():
                 p.kill()
-    return max(latencies), statistics.median(latencies), len(latencies), errors
+    slowest = latencies.index(max(latencies))
+    return max(latencies), statistics.median(latencies), len(latencies), errors, cpu[slowest], len(partial)
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _writer(root_s: str, start: int, stop: object) -> None:
@@ -304,11 +318,14 @@ def main() -> None:
             root = base / f"ledger-{large}"
             env = child_env(root)
             idle = statistics.median(timed([*ledger_command(), "ls", "--limit", "20"], env) for _ in range(3))
-            worst, median, count, errors = readers_under_writers(root, args.writers, args.writer_seconds, env)
+            worst, median, count, errors, worst_cpu, partial = readers_under_writers(
+                root, args.writers, args.writer_seconds, env)
             emit(figure=f"reader_under_{args.writers}_writers_{large}", value=round(worst, 3), unit="s",
                  reference=round(idle, 3), ratio=round(worst / idle, 3), target=READER_TARGET_S,
                  met=worst <= READER_TARGET_S and not errors,
                  note=f"{len(errors)} of {count} readers failed{f' (first: {errors[0]!r})' if errors else ''}; "
+                      f"{partial} answered before the index caught up (receipts kept arriving); the slowest used "
+                      f"{worst_cpu:.2f} s of CPU; load average {os.getloadavg()[0]:.1f}; "
                       f"slowest of {count} `ledger ls --limit 20` (median {median:.2f} s) while {args.writers} "
                       f"processes published and synced into {large}+ receipts for {args.writer_seconds:.0f} s; "
                       "reference = median with no writer; the target is on the value (seconds)")

@@ -256,6 +256,8 @@ class SyncResult:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     damaged: dict[str, str] = field(default_factory=dict)
+    left: int = 0
+    """Receipts found and left for the next sync (a sync with a ``limit``)."""
 
 
 PUBLISHER_SYNC_LIMIT = 16
@@ -316,6 +318,7 @@ def sync(
     todo = sorted(candidates)
     if limit is not None and len(todo) > limit:
         latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
+        result.left = len(candidates) - limit
         todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
         _add(ledger, con, todo, result, progress)
         return result  # not up to date: offset and stamps stay, the next sync finds the rest again
@@ -617,6 +620,11 @@ READER_FALLBACK_MAX = 500
 """Up to this many published receipts, a reader that cannot get the index reads the files instead; above it,
 it waits for the index (up to :data:`READER_LONG_WAIT_S`): verifying every file would take longer."""
 READER_LONG_WAIT_S = 60.0
+READER_SYNC_ROUND = 64
+"""A reader brings the index up to date this many receipts at a time (:func:`_catch_up`)."""
+READER_SYNC_BUDGET_S = 2.0
+"""While receipts keep being published, a reader stops catching up after this long and answers from the index as
+far as it got (saying how many it left); a quiet ledger is always brought fully up to date."""
 
 
 @contextmanager
@@ -658,15 +666,35 @@ def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
             con.close()
     try:
         with writable(ledger, timeout) as con:
-            sync(ledger, con)
+            _catch_up(ledger, con)
         return _connect(ledger.index_path, timeout, read_only=True)
     except IndexBusy:
         if journal.size(ledger.root) // 65 <= READER_FALLBACK_MAX:  # 65 bytes a journal line
             return _from_files(ledger)
     # a large ledger: reading every file would take far longer than the writer in the way
     with writable(ledger, READER_LONG_WAIT_S) as con:
-        sync(ledger, con)
+        _catch_up(ledger, con)
     return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
+
+
+def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
+    """Sync for a reader, :data:`READER_SYNC_ROUND` receipts at a time, until the index is up to date, or, when
+    publishers keep adding receipts faster than this reader indexes them (many writers on few cores), until
+    :data:`READER_SYNC_BUDGET_S` has passed: then it says on stderr how many receipts this answer leaves out
+    (the next reader or publisher indexes them) and returns that number. A reader thus never waits on the
+    backlog of a flood of publishes, and one after the flood sees every receipt."""
+    import sys
+
+    deadline = time.monotonic() + READER_SYNC_BUDGET_S
+    published = journal.size(ledger.root)
+    while True:
+        left = sync(ledger, con, limit=READER_SYNC_ROUND).left
+        if not left:
+            return 0
+        if time.monotonic() > deadline and journal.size(ledger.root) > published:
+            sys.stderr.write(f"ledger: {left} receipts published in the last moments are not in this answer yet "
+                             "(receipts keep arriving; the index is catching up)\n")
+            return left
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:

@@ -252,3 +252,20 @@ def test_the_index_takes_a_receipt_by_its_seal_and_refuses_a_forged_one(tmp_path
     with index.reader(ledger) as con:
         stored = con.execute("SELECT CAST(receipt AS VARCHAR) FROM receipts WHERE id = ?", [ids[0]]).fetchone()
     assert stored is not None and json.loads(stored[0]) == ledger.load(ids[0]).model_dump(mode="json")
+
+
+def test_a_reader_catches_up_in_rounds_and_a_quiet_ledger_fully(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader syncs a few receipts at a time; with nothing published meanwhile it goes on to the end, however
+    long that takes (the time budget only applies while receipts keep arriving)."""
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 3)
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=1)
+        assert len(first.added) == 1 and first.left == 2
+        monkeypatch.setattr(index, "READER_SYNC_ROUND", 1)
+        monkeypatch.setattr(index, "READER_SYNC_BUDGET_S", 0.0)
+        assert index._catch_up(ledger, con) == 0
+        assert index.is_current(ledger, con)
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
