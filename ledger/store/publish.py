@@ -462,8 +462,9 @@ def _already_published(ledger: Ledger, run_dir: Path) -> str | None:
 def _write_all_synced(files: list[tuple[Path, str]]) -> None:
     """Write small files and flush them all to disk, the flushes in parallel (one journal commit of the
     file system covers those that wait together)."""
-    if len(files) == 1:
-        _write_synced(*files[0])
+    if len(files) <= 1:  # none: every run of the group was published already (recover)
+        for path, text in files:
+            _write_synced(path, text)
         return
     from concurrent.futures import ThreadPoolExecutor
 
