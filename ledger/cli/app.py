@@ -209,11 +209,19 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     if as_json:
         echo_json(receipt.model_dump(mode="json"))
     else:
-        from ledger.analyses.nodes import node_differences
-        from ledger.analyses.stragglers import of_receipt
-
         render.receipt(receipt)
-        render.nodes_and_stragglers(receipt, node_differences(receipt), of_receipt(ledger.path(receipt.id), receipt))
+        # a single-node receipt has no differences between nodes, one without timing rows no ranks to score:
+        # `show` of such a receipt then loads neither the capture probes nor numpy and Arrow
+        differences, scores = [], None
+        if len(receipt.stack.nodes) > 1:
+            from ledger.analyses.nodes import node_differences
+
+            differences = node_differences(receipt)
+        if any(a.path == "timing.parquet" and a.rows for a in receipt.artifacts):
+            from ledger.analyses.stragglers import of_receipt
+
+            scores = of_receipt(ledger.path(receipt.id), receipt)
+        render.nodes_and_stragglers(receipt, differences, scores)
 
 
 @cli.command()

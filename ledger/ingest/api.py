@@ -5,6 +5,7 @@ The CLI (``ledger/commands/ingest.py``) only parses options, calls these and pri
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from ledger.ingest.common import (
     describe,
     publish_evidence,
     sha256_of,
+    stage_evidence,
 )
 from ledger.ingest.megatron import MegatronLog, parse_log, routing_from_dir
 from ledger.ingest.megatron_args import args_from_text, merge_args, workload_from_args
@@ -99,10 +101,38 @@ def ingest_megatron(ledger: Ledger, path: Path, args_from: Path | None = None, n
 
 def ingest_mlperf(ledger: Ledger, path: Path, system: Path | None = None, rules: Sequence[Path] = (),
                   name: str | None = None, tags: Mapping[str, str] | None = None) -> Imported:
-    """`ledger ingest mlperf`."""
+    """`ledger ingest mlperf` of one result."""
     result = mlperf.evidence(path, system, rules)
+    return _mlperf_imported(result, publish_evidence(ledger, result.evidence, name or path.stem, tags))
+
+
+IMPORT_GROUP = 64
+"""Results published together by an import of many (:func:`ledger.store.publish.publish_many`)."""
+
+
+def ingest_mlperf_many(ledger: Ledger, paths: Sequence[Path], system: Path | None = None, rules: Sequence[Path] = (),
+                       tags: Mapping[str, str] | None = None) -> list[Imported]:
+    """`ledger ingest mlperf` of many results (each named by its file's stem): every file is parsed first (a
+    bad one stops the import before anything is published), then they are published in groups of
+    :data:`IMPORT_GROUP` through the bulk publish path, and the index is synced once at the end."""
+    from ledger.redact import Redactor
+    from ledger.store.index import try_sync
+    from ledger.store.publish import publish_many
+
+    results = [mlperf.evidence(path, system, rules) for path in paths]
+    redact = Redactor(os.environ).text
+    imported: list[Imported] = []
+    for start in range(0, len(results), IMPORT_GROUP):
+        group = list(zip(paths[start : start + IMPORT_GROUP], results[start : start + IMPORT_GROUP], strict=True))
+        staged = [stage_evidence(ledger, result.evidence, path.stem, tags) for path, result in group]
+        receipts = publish_many(ledger, staged, redact=redact)
+        imported.extend(_mlperf_imported(result, receipt) for (_, result), receipt in zip(group, receipts, strict=True))
+    try_sync(ledger)
+    return imported
+
+
+def _mlperf_imported(result: mlperf.MlperfResult, receipt: Receipt) -> Imported:
     ev = result.evidence
-    receipt = publish_evidence(ledger, ev, name or path.stem, tags)
     notes = [f"outcome {ev.outcome or 'unknown'}, time to train "
              + (f"{ev.time_to_train_s:.3f} s" if ev.time_to_train_s is not None else "unknown")]
     if result.target is not None:

@@ -21,13 +21,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ledger.errors import BadInput
 from schemas import ImportSource, Links, Problem, Receipt, Stack, Workload
 from schemas.tables import TABLES
+
+if TYPE_CHECKING:
+    from ledger.store.publish import Staged
 
 MAX_LISTED = 10
 """Line numbers listed in one problem message; the count is always complete."""
@@ -261,8 +264,20 @@ def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[
     """Publish parsed evidence as an ``imported`` receipt and sync the index if its lock is free."""
     from ledger.redact import Redactor
     from ledger.store.index import try_sync
+    from ledger.store.publish import publish
+
+    staged = stage_evidence(ledger, ev, name, tags)
+    receipt = publish(ledger, staged.run_dir, staged.outcome, redact=Redactor(os.environ).text, amend=staged.amend)
+    try_sync(ledger)
+    return receipt
+
+
+def stage_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Staged:
+    """Lay parsed evidence out as a staging directory, ready for :func:`ledger.store.publish.publish_many` (an
+    import of many files publishes them in groups: :func:`publish_evidence` is one of them)."""
+    from ledger.redact import Redactor
     from ledger.store.layout import LOG_FILE, STACK_FILE, WORKLOAD_FILE, rank_dir
-    from ledger.store.publish import Outcome, publish, write_wrapper_facts
+    from ledger.store.publish import Outcome, Staged, write_wrapper_facts
 
     ledger.ensure_writable()
     redactor = Redactor(os.environ)
@@ -306,13 +321,10 @@ def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[
             "problems": (*receipt.problems, *problems),
         })
 
-    receipt = publish(ledger, run_dir, Outcome(status="imported", ended_at=ended), redact=redactor.text,
-                      amend=amend)
-    try_sync(ledger)
-    return receipt
+    return Staged(run_dir, Outcome(status="imported", ended_at=ended), amend)
 
 
 __all__ = [
     "Evidence", "Issues", "LineError", "WrongKind", "check_file", "conform", "describe", "numbered_lines", "open_text",
-    "publish_evidence", "sha256_of", "strip_rank", "table", "utc", "write_tables",
+    "publish_evidence", "sha256_of", "stage_evidence", "strip_rank", "table", "utc", "write_tables",
 ]

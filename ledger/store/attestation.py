@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import BadInput, MissingExtra
+from ledger.store.integrity import sha256_file
 from ledger.store.layout import ID_RE, is_shard_dir
-from ledger.store.publish import sha256_file
 from ledger.store.receipts import Ledger
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

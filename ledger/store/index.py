@@ -256,6 +256,8 @@ class SyncResult:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     damaged: dict[str, str] = field(default_factory=dict)
+    left: int = 0
+    """Receipts found and left for the next sync (a sync with a ``limit``)."""
 
 
 PUBLISHER_SYNC_LIMIT = 16
@@ -302,11 +304,10 @@ def sync(
         changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
         vanished = [s for s in stamps if s not in new_stamps]
         candidates, gone = set(journal_ids), set()
-        everything = _known(con, None) if len(changed) + len(vanished) > 16 else None
+        known_in = _known_in(con, changed + vanished)  # one pass over the index's ids, however many shards
         for shard in changed + vanished:
             listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
-            known = ({i for i in everything if i.startswith(shard)} if everything is not None
-                     else _known(con, shard))
+            known = known_in[shard]
             candidates |= listed - known
             gone |= known - listed
         candidates -= _known_of(con, candidates)
@@ -317,6 +318,7 @@ def sync(
     todo = sorted(candidates)
     if limit is not None and len(todo) > limit:
         latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
+        result.left = len(candidates) - limit
         todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
         _add(ledger, con, todo, result, progress)
         return result  # not up to date: offset and stamps stay, the next sync finds the rest again
@@ -363,10 +365,11 @@ def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
     current = _stamps(ledger.root)
     if set(current) != set(stamps):
         return False
-    for shard, stamp in current.items():  # a shard changed since, or too recently to trust its stamp: listed
-        if (stamp < 0 or stamps[shard] != stamp) and set(layout.shard_ids(ledger.root, shard)) != _known(con, shard):
-            return False
-    return True
+    moved = [shard for shard, stamp in current.items() if stamp < 0 or stamps[shard] != stamp]
+    if not moved:
+        return True
+    known_in = _known_in(con, moved)  # a shard changed since, or too recently to trust its stamp: listed
+    return all(set(layout.shard_ids(ledger.root, shard)) == known_in[shard] for shard in moved)
 
 
 def _mtime(path: Path) -> int | None:
@@ -379,21 +382,33 @@ def _mtime(path: Path) -> int | None:
 def _known(con: duckdb.DuckDBPyConnection, prefix: str | None) -> set[str]:
     """Ids in the index (indexed or known damaged), all or those of one shard."""
     if prefix is None:
-        sql, params = "SELECT id FROM receipts UNION ALL SELECT id FROM damaged", []
-    else:
-        sql = ("SELECT id FROM receipts WHERE starts_with(id, ?) "
-               "UNION ALL SELECT id FROM damaged WHERE starts_with(id, ?)")
-        params = [prefix, prefix]
-    return {r[0] for r in con.execute(sql, params).fetchall()}
+        return {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
+    return _known_in(con, [prefix])[prefix]
+
+
+def _known_in(con: duckdb.DuckDBPyConnection, shards: list[str]) -> dict[str, set[str]]:
+    """Ids in the index (indexed or known damaged) of each of ``shards``, read in one pass over the ids
+    (not a query per shard: a sync after many publishes finds many shards changed)."""
+    out: dict[str, set[str]] = {shard: set() for shard in shards}
+    if not shards:
+        return out
+    width = layout.SHARD_CHARS
+    rows = con.execute(
+        "SELECT id FROM receipts WHERE list_contains($1::VARCHAR[], left(id, $2)) "
+        "UNION ALL SELECT id FROM damaged WHERE list_contains($1::VARCHAR[], left(id, $2))", [shards, width]
+    ).fetchall()
+    for (receipt_id,) in rows:
+        out[receipt_id[:width]].add(receipt_id)
+    return out
 
 
 def _known_of(con: duckdb.DuckDBPyConnection, ids: set[str]) -> set[str]:
     """Those of ``ids`` the index already knows (indexed or damaged)."""
     if not ids:
         return set()
-    rows = con.execute(
-        "SELECT id FROM (SELECT unnest(?::VARCHAR[]) AS id) c "
-        "WHERE id IN (SELECT id FROM receipts) OR id IN (SELECT id FROM damaged)", [sorted(ids)]
+    rows = con.execute(  # each table probed by the candidates (its id index), not joined as a whole
+        "SELECT id FROM receipts WHERE id IN (SELECT unnest($1::VARCHAR[])) "
+        "UNION ALL SELECT id FROM damaged WHERE id IN (SELECT unnest($1::VARCHAR[]))", [sorted(ids)]
     ).fetchall()
     return {r[0] for r in rows}
 
@@ -408,19 +423,21 @@ class _Ready:
 
 
 def _prepare(ledger: Ledger, receipt_id: str) -> _Ready:
-    """Verify one receipt (digests and sizes here; row counts by the batch: only verified data enters the
-    index) and make its row."""
-    from ledger.store.integrity import verified
+    """Verify one receipt (seal, digests and sizes here: :func:`ledger.store.integrity.sealed`; row counts by
+    the batch: only verified data enters the index) and make its row."""
+    from ledger.store.integrity import sealed
     from schemas.tables import TABLES
 
     try:
-        checked = verified(ledger, receipt_id, rows=False)
+        checked = sealed(ledger, receipt_id)
         directory = ledger.path(receipt_id)
-        tables = {a.path[: -len(".parquet")]: (str(directory / a.path), a.rows or 0)
-                  for a in checked.receipt.artifacts if a.kind == "table" and a.rows}
-        row = _receipt_row(checked.data, checked.receipt.model_dump_json())
-        return _Ready(receipt_id, row, {k: v for k, v in tables.items() if k in TABLES})
-    except (LedgerError, OSError, ValueError) as exc:
+        tables = {}
+        for a in checked.data.get("artifacts") or ():
+            name = str(a["path"])[: -len(".parquet")]
+            if a.get("kind") == "table" and a.get("rows") and name in TABLES:
+                tables[name] = (str(directory / a["path"]), int(a["rows"]))
+        return _Ready(receipt_id, _receipt_row(checked.data, checked.text), tables)
+    except (LedgerError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         return _Ready(receipt_id, error=str(exc).splitlines()[0])
 
 
@@ -428,18 +445,26 @@ def _add(
     ledger: Ledger, con: duckdb.DuckDBPyConnection, todo: list[str], result: SyncResult,
     progress: Callable[[int, int], None] | None,
 ) -> None:
-    """Add receipts: verified in parallel (hashing releases the GIL), inserted ``BATCH`` at a time, one
-    statement per table per batch; a batch that fails is retried one receipt at a time so that a damaged
-    receipt is named and the others still enter."""
+    """Add receipts: verified in threads (reading and hashing release the GIL), the next batch while DuckDB
+    inserts this one, ``BATCH`` at a time, one statement per table per batch; a batch that fails is retried
+    one receipt at a time so that a damaged receipt is named and the others still enter."""
     if not todo:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = min(8, (os.cpu_count() or 1) * 2) if len(todo) > 1 else 1
+    workers = min(4, (os.cpu_count() or 1) * 2) if len(todo) > 1 else 1
+    batches = [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]
     done = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for start in range(0, len(todo), BATCH):
-            ready = list(pool.map(lambda rid: _prepare(ledger, rid), todo[start : start + BATCH]))
+        def submit(batch: list[str]) -> Any:
+            return pool.map(lambda rid: _prepare(ledger, rid), batch) if len(batch) > 1 else iter(
+                [_prepare(ledger, batch[0])])
+
+        pending = submit(batches[0])
+        for k in range(len(batches)):
+            ready = list(pending)
+            if k + 1 < len(batches):
+                pending = submit(batches[k + 1])  # verified meanwhile: DuckDB releases the GIL while it inserts
             good = [r for r in ready if r.error is None]
             for r in ready:
                 if r.error is not None:
@@ -447,12 +472,12 @@ def _add(
             try:
                 _insert_batch(con, good)
                 result.added.extend(r.receipt_id for r in good)
-            except (duckdb.Error, LedgerError):
+            except (duckdb.Error, LedgerError, ValueError, TypeError):  # Arrow's errors of a mistyped value too
                 for r in good:
                     try:
                         _insert_batch(con, [r])
                         result.added.append(r.receipt_id)
-                    except (duckdb.Error, LedgerError) as exc:
+                    except (duckdb.Error, LedgerError, ValueError, TypeError) as exc:
                         _mark_damaged(con, r.receipt_id, str(exc).splitlines()[0], result)
             done += len(ready)
             if progress:
@@ -466,35 +491,32 @@ def _mark_damaged(con: duckdb.DuckDBPyConnection, receipt_id: str, error: str, r
 
 def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
     """One transaction: the receipts' rows in one statement, each metric table of all of them in one
-    ``read_parquet`` over their files; the row counts of every file checked first, in one statement over
-    their Parquet footers."""
+    ``read_parquet`` over their files (each file opened once: its rows counted in a temporary table and
+    checked against the receipt before they go into the index)."""
     if not ready:
         return
     import pyarrow as pa
 
     from schemas.tables import TABLES
 
-    files = {path: rows for r in ready for path, rows in r.tables.values()}
-    if files:
-        found = dict(con.execute("SELECT file_name, num_rows FROM parquet_file_metadata(?)",
-                                 [list(files)]).fetchall())
-        for r in ready:
-            for path, rows in r.tables.values():
-                if found.get(path) != rows:
-                    raise LedgerError(f"{Path(path).name} of {r.receipt_id[:12]}: {found.get(path)} rows, "
-                                      f"listed as {rows}")
     con.execute("BEGIN TRANSACTION")
     try:
-        rows_table = pa.Table.from_pylist([dict(zip(_RECEIPT_COLUMNS, r.row or (), strict=True)) for r in ready])
-        con.register("_batch_rows", rows_table)
+        rows = [r.row or () for r in ready]
+        columns = {c: [row[i] for row in rows] for i, c in enumerate(_RECEIPT_COLUMNS)}
+        con.register("_batch_rows", pa.table(columns, schema=_receipts_arrow()))
         con.execute("INSERT INTO receipts BY NAME SELECT * FROM _batch_rows")
         con.unregister("_batch_rows")
         for name in TABLES:
-            batch = [(r.receipt_id, r.tables[name][0]) for r in ready if name in r.tables]
+            batch = [(r.receipt_id, *r.tables[name]) for r in ready if name in r.tables]
             if not batch:
                 continue
             if name == "routing":  # a file at a time (old receipts hold long rows), then its step summary
-                for receipt_id, path in batch:
+                found = dict(con.execute("SELECT file_name, num_rows FROM parquet_file_metadata(?)",
+                                         [[b[1] for b in batch]]).fetchall())
+                for receipt_id, path, listed in batch:
+                    if found.get(path) != listed:
+                        raise LedgerError(f"routing.parquet of {receipt_id[:12]}: {found.get(path)} rows, "
+                                          f"listed as {listed}")
                     con.execute(f"INSERT INTO routing BY NAME SELECT ? AS receipt_id, * FROM "
                                 f"{parquet_source(Path(path))}", [receipt_id, path])
                     index_step_summary(con, receipt_id)
@@ -502,15 +524,36 @@ def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
             paths = pa.table({"receipt_id": [b[0] for b in batch], "filename": [b[1] for b in batch]})
             con.register("_batch_files", paths)
             con.execute(
-                f"INSERT INTO {name} BY NAME SELECT f.receipt_id, p.* EXCLUDE (filename) "
+                "CREATE OR REPLACE TEMP TABLE _batch_table AS SELECT f.receipt_id, p.* EXCLUDE (filename) "
                 "FROM read_parquet(?, filename = true, union_by_name = true) p JOIN _batch_files f USING (filename)",
                 [[b[1] for b in batch]],
             )
             con.unregister("_batch_files")
+            counts = dict(con.execute("SELECT receipt_id, count(*) FROM _batch_table GROUP BY ALL").fetchall())
+            for receipt_id, path, listed in batch:
+                if counts.get(receipt_id, 0) != listed:
+                    raise LedgerError(f"{Path(path).name} of {receipt_id[:12]}: {counts.get(receipt_id, 0)} rows, "
+                                      f"listed as {listed}")
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _batch_table")
+            con.execute("DROP TABLE _batch_table")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+_RECEIPTS_ARROW: list[Any] = []
+
+
+def _receipts_arrow() -> pa.Schema:
+    """The Arrow schema of the receipts table's rows as :func:`_receipt_row` makes them (built once)."""
+    if not _RECEIPTS_ARROW:
+        import pyarrow as pa
+
+        types = {"VARCHAR": pa.string(), "TIMESTAMP": pa.timestamp("us"), "DOUBLE": pa.float64(),
+                 "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_(), "JSON": pa.string()}
+        _RECEIPTS_ARROW.append(pa.schema([(c, types[t.split()[0]]) for c, t in _RECEIPT_COLUMNS.items()]))
+    return _RECEIPTS_ARROW[0]
 
 
 def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
@@ -565,7 +608,8 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
 def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) -> SyncResult:
     """Rebuild the index from the receipt files."""
     with writable(ledger) as con:
-        _drop_all(con)
+        con.execute("SET threads = 1")  # many small files: DuckDB's threads cost more than they read; the
+        _drop_all(con)                  # receipts of the next batch are verified meanwhile in Python's
         _ensure_schema(con)
         return sync(ledger, con, progress, full=True)
 
@@ -576,6 +620,11 @@ READER_FALLBACK_MAX = 500
 """Up to this many published receipts, a reader that cannot get the index reads the files instead; above it,
 it waits for the index (up to :data:`READER_LONG_WAIT_S`): verifying every file would take longer."""
 READER_LONG_WAIT_S = 60.0
+READER_SYNC_ROUND = 64
+"""A reader brings the index up to date this many receipts at a time (:func:`_catch_up`)."""
+READER_SYNC_BUDGET_S = 2.0
+"""While receipts keep being published, a reader stops catching up after this long and answers from the index as
+far as it got (saying how many it left); a quiet ledger is always brought fully up to date."""
 
 
 @contextmanager
@@ -617,15 +666,35 @@ def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
             con.close()
     try:
         with writable(ledger, timeout) as con:
-            sync(ledger, con)
+            _catch_up(ledger, con)
         return _connect(ledger.index_path, timeout, read_only=True)
     except IndexBusy:
         if journal.size(ledger.root) // 65 <= READER_FALLBACK_MAX:  # 65 bytes a journal line
             return _from_files(ledger)
     # a large ledger: reading every file would take far longer than the writer in the way
     with writable(ledger, READER_LONG_WAIT_S) as con:
-        sync(ledger, con)
+        _catch_up(ledger, con)
     return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
+
+
+def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
+    """Sync for a reader, :data:`READER_SYNC_ROUND` receipts at a time, until the index is up to date, or, when
+    publishers keep adding receipts faster than this reader indexes them (many writers on few cores), until
+    :data:`READER_SYNC_BUDGET_S` has passed: then it says on stderr how many receipts this answer leaves out
+    (the next reader or publisher indexes them) and returns that number. A reader thus never waits on the
+    backlog of a flood of publishes, and one after the flood sees every receipt."""
+    import sys
+
+    deadline = time.monotonic() + READER_SYNC_BUDGET_S
+    published = journal.size(ledger.root)
+    while True:
+        left = sync(ledger, con, limit=READER_SYNC_ROUND).left
+        if not left:
+            return 0
+        if time.monotonic() > deadline and journal.size(ledger.root) > published:
+            sys.stderr.write(f"ledger: {left} receipts published in the last moments are not in this answer yet "
+                             "(receipts keep arriving; the index is catching up)\n")
+            return left
 
 
 def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:

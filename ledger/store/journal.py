@@ -20,9 +20,20 @@ from ledger.store.layout import ID_RE, JOURNAL
 
 def append(root: Path, receipt_id: str) -> None:
     """Add one published id to the journal (one write, so concurrent publishers never interleave)."""
+    append_many(root, [receipt_id])
+
+
+def append_many(root: Path, receipt_ids: list[str]) -> None:
+    """Add published ids to the journal: one ``O_APPEND`` write of all their lines and one fsync (a write to
+    a regular file is not interleaved with another's; a crash may tear the last line, which reading skips)."""
+    if not receipt_ids:
+        return
+    data = "".join(f"{i}\n" for i in receipt_ids).encode()
     fd = os.open(root / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{receipt_id}\n".encode())
+        written = 0
+        while written < len(data):  # a short write (rare: a signal, a full disk) continues where it stopped
+            written += os.write(fd, data[written:])
         os.fsync(fd)
     finally:
         os.close(fd)

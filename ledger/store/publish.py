@@ -25,12 +25,12 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
+from ledger.store.integrity import sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -120,15 +121,6 @@ def staging_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -235,7 +227,7 @@ LIST_ROW_GROUP = 1 << 16
 that a reader scans one file on every core (a row group is the unit DuckDB and Arrow read in parallel)."""
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
+def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
     """One metric table as a receipt's Parquet file (zstd).
 
     - The custom metrics of the steps table (the ``extra`` MAP) are written without a dictionary or
@@ -315,8 +307,13 @@ def build(
             )
         tables[name] = table
         path = tmp / f"{name}.parquet"
-        write_parquet(table, path)
-        artifacts.append(Artifact(path=path.name, kind="table", sha256=sha256_file(path),
+        if table.num_rows:
+            write_parquet(table, path)
+            digest = sha256_file(path)
+        else:  # most runs leave most tables empty: the same bytes each time, written from memory
+            data, digest = _empty_parquet(table.schema)
+            path.write_bytes(data)
+        artifacts.append(Artifact(path=path.name, kind="table", sha256=digest,
                                   bytes=path.stat().st_size, rows=table.num_rows))
     log = run_dir / LOG_FILE
     if log.exists():
@@ -367,6 +364,21 @@ def build(
     return receipt
 
 
+_EMPTY_PARQUET: dict[bytes, tuple[bytes, str]] = {}
+
+
+def _empty_parquet(schema: pa.Schema) -> tuple[bytes, str]:
+    """The Parquet bytes :func:`write_parquet` writes for an empty table of ``schema``, and their sha256;
+    written once per schema (its metadata included) and process."""
+    key = schema.serialize().to_pybytes()
+    if key not in _EMPTY_PARQUET:
+        sink = pa.BufferOutputStream()
+        write_parquet(schema.empty_table(), sink)
+        data = sink.getvalue().to_pybytes()
+        _EMPTY_PARQUET[key] = (data, hashlib.sha256(data).hexdigest())
+    return _EMPTY_PARQUET[key]
+
+
 def publish(
     ledger: Ledger,
     run_dir: Path,
@@ -382,43 +394,123 @@ def publish(
     catches every known credential shape); ``locked``: the caller already holds the staging lock;
     ``runtime``: how the recording path folds the ranks' ``runtime.json`` facts into the stack
     (:func:`ledger.record.capture.merge_runtime`; the store does not probe stacks itself)."""
+    return publish_many(ledger, [(run_dir, outcome)], redact=redact, locked=locked, amend=amend,
+                        runtime=runtime)[0]
+
+
+class Staged(NamedTuple):
+    """A staging directory ready to publish: how its run ended, and its importer's ``amend`` (see :func:`build`)."""
+
+    run_dir: Path
+    outcome: Outcome
+    amend: Amend | None = None
+
+
+def publish_many(
+    ledger: Ledger,
+    runs: Sequence[tuple[Path, Outcome] | Staged],
+    *,
+    redact: Redact | None = None,
+    locked: bool = False,
+    amend: Amend | None = None,
+    runtime: RuntimeMerge | None = None,
+) -> list[Receipt]:
+    """Publish many staging directories (an importer's, a generated ledger's), each exactly as :func:`publish`
+    does one (the same steps, in the same order, each surviving a crash at any point), with the waits for the
+    disk shared by the group: every receipt is built, then every ``PUBLISHED_AS`` is written and flushed
+    together (the file system commits concurrent flushes at once), then every rename, one flush of each
+    shard touched and of the ledger directory, one journal write for all the ids. A staging directory that
+    fails to build raises, and none of the group is published (their staging directories stay, as a failed
+    :func:`publish` leaves its own). ``amend`` applies to every run without one of its own (:class:`Staged`).
+    Returns the receipts in the order of ``runs``."""
+    items = [r if isinstance(r, Staged) else Staged(r[0], r[1]) for r in runs]
     if redact is None:
         from ledger.redact import Redactor
 
         redact = Redactor(os.environ).text
-    with nullcontext() if locked else staging_lock(run_dir):
-        mark = run_dir / PUBLISHED_MARK
-        if mark.exists():
-            done = mark.read_text().strip()
-            if (ledger.path(done)).is_dir():
-                journal.append(ledger.root, done)
-                shutil.rmtree(run_dir, ignore_errors=True)
-                return ledger.load(done)
-        tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
+    with ExitStack() as locks:
+        if not locked:
+            for staged in items:
+                locks.enter_context(staging_lock(staged.run_dir))
+        receipts: list[Receipt | None] = [None] * len(items)
+        again: list[str] = []
+        built: list[tuple[int, Path]] = []  # (index in items, its temporary directory)
         try:
-            receipt = build(ledger, run_dir, outcome, tmp, redact, amend, runtime)
+            for k, (run_dir, outcome, own) in enumerate(items):
+                done = _already_published(ledger, run_dir)
+                if done is not None:
+                    again.append(done)
+                    receipts[k] = ledger.load(done)
+                    continue
+                tmp = ledger.root / f"{TMP_PREFIX}{run_dir.name}-{uuid.uuid4().hex[:8]}"
+                tmp.mkdir(parents=True)
+                built.append((k, tmp))
+                receipts[k] = build(ledger, run_dir, outcome, tmp, redact, own or amend, runtime)
             fault("publishing")
-            _write_synced(mark, receipt.id)
-            target = ledger.new_path(receipt.id)
-            target.parent.mkdir(exist_ok=True)
-            try:
-                if (ledger.root / receipt.id).is_dir():  # identical content, published in the old layout
-                    raise FileExistsError(receipt.id)
-                os.rename(tmp, target)
-            except OSError:
-                if not ledger.path(receipt.id).is_dir():
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)  # identical content already published
+            marks = [(items[k][0] / PUBLISHED_MARK, _sealed(receipts[k]).id) for k, _ in built]
+            _write_all_synced(marks)
+            targets = []
+            for k, tmp in built:
+                receipt_id = _sealed(receipts[k]).id
+                target = ledger.new_path(receipt_id)
+                target.parent.mkdir(exist_ok=True)
+                try:
+                    if (ledger.root / receipt_id).is_dir():  # identical content, published in the old layout
+                        raise FileExistsError(receipt_id)
+                    os.rename(tmp, target)
+                except OSError:
+                    if not ledger.path(receipt_id).is_dir():
+                        raise
+                    shutil.rmtree(tmp, ignore_errors=True)  # identical content already published
+                targets.append(target)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            for _, tmp in built:
+                shutil.rmtree(tmp, ignore_errors=True)  # a renamed one is no longer there
             raise
-        _fsync_dir(target.parent)
-        _fsync_dir(ledger.root)
+        _fsync_dirs([*dict.fromkeys(t.parent for t in targets), ledger.root])
         fault("published")  # visible, not yet in the journal: recover appends it (PUBLISHED_AS)
-        journal.append(ledger.root, receipt.id)
-    shutil.rmtree(run_dir, ignore_errors=True)
+        journal.append_many(ledger.root, [*again, *(_sealed(receipts[k]).id for k, _ in built)])
+    for staged in items:
+        shutil.rmtree(staged.run_dir, ignore_errors=True)
+    return [_sealed(r) for r in receipts]
+
+
+def _sealed(receipt: Receipt | None) -> Receipt:
+    assert receipt is not None, "every run of the group was built or found published"
     return receipt
+
+
+def _already_published(ledger: Ledger, run_dir: Path) -> str | None:
+    """The id a staging directory was published as, when a publisher died after the rename (recover)."""
+    mark = run_dir / PUBLISHED_MARK
+    if not mark.exists():
+        return None
+    done = mark.read_text().strip()
+    return done if ledger.path(done).is_dir() else None
+
+
+def _write_all_synced(files: list[tuple[Path, str]]) -> None:
+    """Write small files and flush them all to disk, the flushes in parallel (one journal commit of the
+    file system covers those that wait together)."""
+    if len(files) <= 1:  # none: every run of the group was published already (recover)
+        for path, text in files:
+            _write_synced(path, text)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+        list(pool.map(lambda f: _write_synced(*f), files))
+
+
+def _fsync_dirs(paths: list[Path]) -> None:
+    if len(paths) <= 2:
+        for path in paths:
+            _fsync_dir(path)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        list(pool.map(_fsync_dir, paths))
 
 
 def _write_synced(path: Path, text: str) -> None:

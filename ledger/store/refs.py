@@ -44,14 +44,14 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> str:
     """
     check_ref(ref)
     if re.fullmatch(r"[0-9a-f]+", ref) and len(ref) >= MIN_PREFIX:
-        damaged = con.execute("SELECT id, error FROM damaged WHERE starts_with(id, ?)", [ref]).fetchall()
-        healthy = con.execute("SELECT count(*) FROM receipts WHERE starts_with(id, ?)", [ref]).fetchone()
-        if damaged and not (healthy and healthy[0]):
+        bounds = [ref, ref + "\uffff"]  # the ids with this prefix, as a range: answered from the id index
+        damaged = con.execute("SELECT id, error FROM damaged WHERE id >= ? AND id < ?", bounds).fetchall()
+        rows = con.execute(
+            "SELECT id, name, started_at FROM receipts WHERE id >= ? AND id < ? ORDER BY started_at", bounds
+        ).fetchall()
+        if damaged and not rows:
             rid, error = damaged[0]
             raise DamagedReceipt(f"receipt {rid[:12]} is damaged ({error}); run `ledger verify {rid[:12]}`")
-        rows = con.execute(
-            "SELECT id, name, started_at FROM receipts WHERE starts_with(id, ?) ORDER BY started_at", [ref]
-        ).fetchall()
         if len(rows) == 1:
             return str(rows[0][0])
         if len(rows) > 1:

@@ -87,25 +87,35 @@ def register(cli: click.Group) -> None:
         _done(ingest_log(_ledger(ctx, ledger_path), log, fmt, parse, name, parse_tags(tags)))
 
     @ingest.command("mlperf")
-    @click.argument("result", type=_FILE)
+    @click.argument("results", nargs=-1, required=True, type=_FILE)
     @click.option("--system", type=_FILE, help="The submission's systems/<system>.json.")
     @click.option("--rules", multiple=True, type=click.Path(path_type=Path),
                   help="Compliance rules file or folder (for the quality target); repeatable.")
-    @click.option("--name", help="Receipt name (default: the file's stem).")
+    @click.option("--name", help="Receipt name (default: the file's stem; one result only).")
     @click.option("--tag", "tags", multiple=True, metavar="K=V", help="A label; repeatable.")
     @ledger_option
     @click.pass_context
-    def mlperf_cmd(ctx: click.Context, result: Path, system: Path | None, rules: tuple[Path, ...],
+    def mlperf_cmd(ctx: click.Context, results: tuple[Path, ...], system: Path | None, rules: tuple[Path, ...],
                    name: str | None, tags: tuple[str, ...], ledger_path: Path | None) -> None:
-        """Import an MLPerf Training result log; prints the new receipt id.
+        """Import MLPerf Training result logs; prints each new receipt's id, a line each.
+
+        Several results are all parsed first, then published in groups (one flush to disk and one journal
+        write per group) and the index synced once.
 
         Example:
 
-            ledger ingest mlperf result_0.txt --system NVIDIA__eos.json --rules training_4.0.0/
+            ledger ingest mlperf result_*.txt --system NVIDIA__eos.json --rules training_4.0.0/
         """
-        from ledger.ingest.api import ingest_mlperf
+        from ledger.errors import BadInput
+        from ledger.ingest.api import ingest_mlperf, ingest_mlperf_many
 
-        _done(ingest_mlperf(_ledger(ctx, ledger_path), result, system, rules, name, parse_tags(tags)))
+        if len(results) == 1:
+            _done(ingest_mlperf(_ledger(ctx, ledger_path), results[0], system, rules, name, parse_tags(tags)))
+            return
+        if name is not None:
+            raise BadInput("--name names one receipt: give one result with it (several are named by their files)")
+        for imported in ingest_mlperf_many(_ledger(ctx, ledger_path), results, system, rules, parse_tags(tags)):
+            _done(imported)
 
     @ingest.command("golden")
     @click.argument("values", type=_FILE)

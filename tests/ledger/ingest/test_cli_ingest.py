@@ -102,3 +102,23 @@ def test_unparsed_lines_reach_the_receipt(ledger_cli, ledger_dir: Path, megatron
     assert r["source"]["unparsed_lines"] == 1 and r["summary"]["steps"] == 10
     messages = " ".join(p["message"] for p in r["problems"])
     assert "1 line(s) did not parse: line 4" in messages and "no line end" in messages
+
+
+def test_ingest_many_mlperf_results_in_one_command(ledger_cli, ledger_dir: Path, mlperf_dir: Path) -> None:
+    """Several results: each parsed, published through the bulk path (one group), named by its file; the
+    same receipts as one at a time would give; a bad file among them publishes nothing."""
+    names = [f"llama2_70b_lora__NVIDIA__eos_n8_ngc24.04_nemo__result_{k}" for k in (0, 1)]
+    proc = ledger_cli("ingest", "mlperf", *(str(mlperf_dir / f"{n}.txt") for n in names),
+                      "--rules", str(mlperf_dir / "rules"), check=True)
+    ids = proc.stdout.split()
+    assert len(ids) == 2 and sorted(ids) == ids_in(ledger_dir)
+    assert (ledger_dir / "journal").read_text().split() == ids  # one write, in the order given
+    receipts = [load_receipt(ledger_dir, rid) for rid in ids]
+    assert [r["name"] for r in receipts] == names and proc.stderr.count("met at samples_count") == 2
+    assert receipts[0]["summary"]["time_to_train_s"] == 343.293  # as the one-result import reads it
+    refused = ledger_cli("ingest", "mlperf", str(mlperf_dir / f"{names[0]}.txt"),
+                         str(mlperf_dir / "systems" / "NVIDIA__eos_n8_ngc24.04_nemo.json"))
+    assert refused.returncode == 2 and "expected an MLPerf result log" in refused.stderr
+    named = ledger_cli("ingest", "mlperf", *(str(mlperf_dir / f"{n}.txt") for n in names), "--name", "x")
+    assert named.returncode == 2 and "--name names one receipt" in named.stderr
+    assert sorted(ids) == ids_in(ledger_dir)  # neither refused import published anything

@@ -4,6 +4,7 @@ changed, batched verification that still names a damaged receipt, and publishers
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,10 +17,11 @@ import pytest
 from conftest import child_env
 from helpers import ids_in
 
-from ledger.store import index, journal
-from ledger.store.publish import Outcome, publish
+from ledger.store import index, integrity, journal
+from ledger.store.integrity import verify_receipt
+from ledger.store.publish import Outcome, publish, publish_many
 from ledger.store.receipts import Ledger
-from schemas import Receipt, seal
+from schemas import Receipt, canonical_json, seal
 
 
 def _stage(ledger: Ledger, i: int, steps: int = 3) -> Path:
@@ -194,4 +196,76 @@ def test_a_publishers_sync_is_bounded_and_the_next_one_finds_the_rest(tmp_path: 
         assert ids[-1] in first.added and len(first.added) == 2  # the latest published first
         rest = index.sync(ledger, con)
     assert sorted(first.added + rest.added) == sorted(ids)
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
+
+
+def test_publish_many_publishes_a_group_as_publish_does_and_all_or_nothing(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "receipts")
+    ledger.ensure_writable()
+    runs = [(_stage(ledger, i), Outcome(status="succeeded", exit_code=0)) for i in range(3)]
+    receipts = publish_many(ledger, runs, redact=lambda s: s)
+    ids = [r.id for r in receipts]
+    assert [r.name for r in receipts] == ["r0", "r1", "r2"]  # in the order of the runs
+    assert journal.read_from(ledger.root, 0)[0] == ids and ledger.ids() == sorted(ids)
+    assert not any(run_dir.exists() for run_dir, _ in runs)
+    assert all(verify_receipt(ledger, rid) == [] for rid in ids)
+    assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
+
+    def refuse(receipt: Receipt, _tables: object) -> Receipt:
+        if receipt.name == "r11":
+            raise ValueError("this evidence is unreadable")
+        return receipt
+
+    group = [(_stage(ledger, i), Outcome(status="succeeded", exit_code=0)) for i in (10, 11, 12)]
+    with pytest.raises(ValueError, match="unreadable"):
+        publish_many(ledger, group, redact=lambda s: s, amend=refuse)
+    assert ledger.ids() == sorted(ids) and journal.read_from(ledger.root, 0)[0] == ids  # none of the group
+    assert all(run_dir.is_dir() for run_dir, _ in group)  # every staging directory kept, to publish again
+    assert not [p for p in ledger.root.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_the_index_takes_a_receipt_by_its_seal_and_refuses_a_forged_one(tmp_path: Path) -> None:
+    """The index verifies a receipt of the current schema by its seal and its files' digests, without the
+    model: its stored JSON is the canonical JSON of the file; a file added, a byte changed, and a receipt.json
+    forged with a wrong type and its digest recomputed are each listed as damaged, the others indexed."""
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 4)
+    raw = json.loads((ledger.path(ids[0]) / "receipt.json").read_text())
+    assert integrity.sealed(ledger, ids[0]).text.encode() == canonical_json(raw)
+    (ledger.path(ids[1]) / "notes.txt").write_text("added later")
+    steps = ledger.path(ids[2]) / "steps.parquet"
+    data = bytearray(steps.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    steps.write_bytes(bytes(data))
+    forged = json.loads((ledger.path(ids[3]) / "receipt.json").read_text())
+    forged["exit_code"] = "zero"  # not an integer: the model would refuse it
+    forged["id"] = hashlib.sha256(canonical_json(dict(forged, id=""))).hexdigest()
+    target = ledger.new_path(forged["id"])
+    target.parent.mkdir(exist_ok=True)
+    os.rename(ledger.path(ids[3]), target)
+    (target / "receipt.json").write_text(json.dumps(forged, indent=2, sort_keys=True))
+    result = index.reindex(ledger)
+    assert result.added == [ids[0]]
+    assert "notes.txt: not listed in the receipt" in result.damaged[ids[1]]
+    assert "steps.parquet: sha256 does not match" in result.damaged[ids[2]]
+    assert set(result.damaged) == {ids[1], ids[2], forged["id"]}
+    with index.reader(ledger) as con:
+        stored = con.execute("SELECT CAST(receipt AS VARCHAR) FROM receipts WHERE id = ?", [ids[0]]).fetchone()
+    assert stored is not None and json.loads(stored[0]) == ledger.load(ids[0]).model_dump(mode="json")
+
+
+def test_a_reader_catches_up_in_rounds_and_a_quiet_ledger_fully(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader syncs a few receipts at a time; with nothing published meanwhile it goes on to the end, however
+    long that takes (the time budget only applies while receipts keep arriving)."""
+    ledger = Ledger(tmp_path / "receipts")
+    ids = _publish(ledger, 3)
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=1)
+        assert len(first.added) == 1 and first.left == 2
+        monkeypatch.setattr(index, "READER_SYNC_ROUND", 1)
+        monkeypatch.setattr(index, "READER_SYNC_BUDGET_S", 0.0)
+        assert index._catch_up(ledger, con) == 0
+        assert index.is_current(ledger, con)
     assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
