@@ -394,3 +394,42 @@ def test_plugins_report_a_module_that_fails_to_import(monkeypatch: pytest.Monkey
     again = metrics.plugins()
     assert again.problems == ["ledger.analyses.km failed to import: km is broken"]
     assert len(again.metrics) == len(found.metrics) and len(again.headlines) == len(found.headlines)
+
+
+def test_routing_metrics_observe_each_formula_after_warm_up() -> None:
+    # two (step, layer) rows; step 1 is warm-up (20 steps: the first 2). At step 10: loads n = 100, 156, 128, 128
+    # over 4 experts (T x k = 512), 6 dropped, capacity 4 x 150 = 600, router entropy 0.9
+    n = np.array([100.0, 156, 128, 128])
+    routing = {"step": np.array([1, 10]), "layer": np.array([0, 0]), "experts": np.array([4.0, 4.0]),
+               "n_sum": np.array([7.0, n.sum()]), "n_std": np.array([7.0, n.std()]), "n_max": np.array([7.0, 156.0]),
+               "d_sum": np.array([7.0, 6.0]), "c_sum": np.array([7.0, 600.0]), "entropy": np.array([7.0, 0.9]),
+               "n_log_n": np.array([7.0, (n * np.log(n)).sum()])}
+    run = rd(steps_of([1.0] * 20), routing=routing)
+    q = n / 512
+    expected = {"load CV": n.std() / 128, "max/mean load": 156 / 128, "load entropy": -(q * np.log(q)).sum() / np.log(4),
+                "dropped tokens": 100 * 6 / 512, "capacity waste": (600 - (512 - 6)) / 600, "router entropy": 0.9}
+    m = by_name(metrics._routing_metrics([], []))
+    assert list(m) == list(expected)
+    for name, value in expected.items():
+        got = m[name].observe(run)
+        assert got.value == pytest.approx(value) and got.samples.tolist() == pytest.approx([value]), name
+    assert m["load CV"].observe(rd(steps_of([1.0]))).reason == "no routing rows (a dense model, or routing not logged)"
+    late = {k: v[:1] for k, v in routing.items()}
+    assert m["load CV"].observe(rd(steps_of([1.0] * 20), routing=late)).reason == "no routing rows after warm-up"
+    blank = dict(routing, entropy=np.array([NAN, NAN]), c_sum=np.array([NAN, NAN]))
+    assert m["router entropy"].observe(rd(steps_of([1.0] * 20), routing=blank)).reason == "router entropy not logged"
+    assert m["capacity waste"].observe(rd(steps_of([1.0] * 20), routing=blank)).reason == \
+        "no capacity (dropless routing)"
+
+
+def test_timing_and_stability_specs() -> None:
+    run = rd(steps_of([1.0]), timing={"attention": {"step": np.array([1]), "seconds": np.array([1.0])}})
+    (spec,) = [m.spec for m in metrics._timing_metrics([run], [run])]
+    assert (spec.name, spec.family, spec.unit, spec.direction, spec.threshold, spec.statistic, spec.note) == (
+        "time: attention", "timing", "s", "lower", 0.05, "median", "median per step after warm-up")
+    notes = {m.spec.name: m.spec.note for m in metrics._stability_metrics([], [])}
+    assert notes == {"grad-norm spikes": "grad norm > 3x and > 6 robust SD above the previous block's median",
+                     "loss spikes": "loss > 1.1x and > 6 robust SD above the previous block's median",
+                     "NaN/inf or skipped steps": ""}
+    # the spike blocks: 5% of the steps, at least 10 and at most 50
+    assert [metrics._spike_block(n) for n in (0, 219, 220, 999, 1000, 1039, 5000)] == [10, 10, 11, 49, 50, 50, 50]
