@@ -433,3 +433,26 @@ def test_timing_and_stability_specs() -> None:
                      "NaN/inf or skipped steps": ""}
     # the spike blocks: 5% of the steps, at least 10 and at most 50
     assert [metrics._spike_block(n) for n in (0, 219, 220, 999, 1000, 1039, 5000)] == [10, 10, 11, 49, 50, 50, 50]
+
+
+def test_a_p_value_equal_to_alpha_is_not_significant() -> None:
+    spec = Spec("x", "f", "u", "lower", 0.05, scale="delta", statistic="value")
+    va, vb = [1.0, 2.0, 3.0], [4.0, 5.0, 6.0]
+    first = judge(spec, va, vb, Settings(), 0.05)
+    assert first.p_value is not None and first.verdict == "worse"
+    at = judge(spec, va, vb, Settings(alpha=first.p_value), 0.05)
+    assert at.verdict == "no significant difference" and at.threshold == 0.05 and at.unit == "u"
+    assert at.note == "between runs: 3 vs 3 runs; df=4"
+
+
+def test_within_run_intervals_follow_the_level() -> None:
+    spec = Spec("x", "f", "u", "lower", 0.05)
+    rng = np.random.default_rng(4)
+    sa, sb = 1.0 + 0.1 * rng.standard_normal(400), 2.0 + 0.1 * rng.standard_normal(400)
+    wide = judge(spec, [float(np.median(sa))], [float(np.median(sb))], Settings(), 0.05, samples_a=sa, samples_b=sb)
+    narrow = judge(spec, [float(np.median(sa))], [float(np.median(sb))], Settings(level=0.5), 0.05, samples_a=sa,
+                   samples_b=sb)
+    assert wide.ci_a is not None and narrow.ci_a is not None and wide.ci_b is not None and narrow.ci_b is not None
+    # a 50% interval lies strictly inside the 95% one, both around the run's median
+    assert wide.ci_a[0] < narrow.ci_a[0] < wide.a < narrow.ci_a[1] < wide.ci_a[1]
+    assert wide.ci_b[0] < narrow.ci_b[0] < wide.b < narrow.ci_b[1] < wide.ci_b[1]
