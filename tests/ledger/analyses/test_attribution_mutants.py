@@ -216,3 +216,76 @@ def test_missing_runs_follow_the_design_order_of_factors() -> None:
     lat = Lattice(("software", "hardware"), {E: ("a",), sw | hw: ("b",)}, frozenset())
     assert missing_nodes(lat) == [(E, sw), (E, hw)]
     assert confounded_sets(lat) == [("software", "hardware")]
+
+
+def test_the_noise_floor_adds_its_variance_and_df() -> None:
+    from ledger.analyses.evidence import Floor
+
+    floor = Floor(0.05, 20, 5, 25, True)
+    alone = _noise(node_values([[0.0], [1.0]], ""), floor)
+    assert alone is not None and (alone.sd, alone.df) == (pytest.approx(0.05), 20)
+    assert alone.source == floor.describe()
+    both = _noise(node_values([[0.0, 0.2], [1.0]], ""), floor)
+    # SS 0.02 (1 df) + 20 x 0.05^2 (20 df)
+    assert both is not None and both.df == 21 and both.sd == pytest.approx(math.sqrt((0.02 + 20 * 0.0025) / 21))
+    assert both.source == "replicates at 1 node (1 df) + " + floor.describe()
+    assert _noise(node_values([[0.0], [1.0]], ""), Floor(0.05, 20, 5, 25, False)) is None  # not on the log scale
+
+
+def test_beyond_eight_factors_everything_is_confounded() -> None:
+    eight = ("code", "software", "kernels", "drivers", "container", "hardware", "parallelism", "precision")
+    for factors, single in ((eight, True), ((*eight, "router"), False)):
+        full = frozenset(factors)
+        nodes = {E: "a", CODE: "x", full: "b"}
+        lat = Lattice(factors, {s: (r,) for s, r in nodes.items()}, frozenset())
+        att = attribute(lat, Fixed({"a": 0.0, "x": 1.0, "b": 3.0}), {s: [Run(r)] for s, r in nodes.items()},
+                        np.random.default_rng(0), 10)
+        if single:  # 8 factors: the path through {code} is used
+            assert [(s.factors, s.share) for s in att.shares] == [(("code",), 1.0)]
+            assert [c.factors for c in att.confounded] == [factors[1:]] == confounded_sets(lat)
+        else:  # 9: one step from A to B, whatever nodes exist
+            assert att.shares == [] and [(c.factors, c.share) for c in att.confounded] == [(factors, 3.0)]
+            assert confounded_sets(lat) == [factors]
+            assert missing_nodes(lat) == [(E, frozenset({f})) for f in factors[1:]]
+
+
+def test_shares_and_paths_follow_the_design_order_of_factors() -> None:
+    # one path adding router, precision, hardware, software, code (the reverse of DESIGN.md's order)
+    factors = ("code", "software", "hardware", "precision", "router")
+    chain = [E]
+    for f in reversed(factors):
+        chain.append(chain[-1] | {f})
+    nodes = {s: f"n{i}" for i, s in enumerate(chain)}
+    lat = Lattice(factors, {s: (r,) for s, r in nodes.items()}, frozenset())
+    att = attribute(lat, Fixed({f"n{i}": float(i * i) for i in range(6)}), {s: [Run(r)] for s, r in nodes.items()},
+                    np.random.default_rng(0), 10)
+    # n_i = i^2: router 1, precision 3, hardware 5, software 7, code 9
+    assert [(s.factors, s.share) for s in att.shares] == [
+        (("code",), 9.0), (("software",), 7.0), (("hardware",), 5.0), (("precision",), 3.0), (("router",), 1.0)]
+    assert att.paths == [[["router"], ["precision"], ["hardware"], ["software"], ["code"]]]
+    sw_hw = frozenset({"software", "hardware"})
+    lat2 = Lattice(("software", "hardware"), {E: ("a",), sw_hw: ("b",)}, frozenset())
+    both = attribute(lat2, Fixed({"a": 0.0, "b": 1.0}), {E: [Run("a")], sw_hw: [Run("b")]},
+                     np.random.default_rng(0), 10)
+    assert both.paths == [[["software", "hardware"]]] and both.confounded[0].factors == ("software", "hardware")
+
+
+def test_a_zero_total_gives_no_fractions() -> None:
+    nodes = {E: "a", CODE: "x", PREC: "y", CODE | PREC: "b"}
+    lat = Lattice(("code", "precision"), {s: (r,) for s, r in nodes.items()}, frozenset())
+    att = attribute(lat, Fixed({"a": 0.0, "x": 1.0, "y": -1.0, "b": 0.0}), {s: [Run(r)] for s, r in nodes.items()},
+                    np.random.default_rng(0), 10)
+    assert att.total == 0.0 and [s.fraction for s in att.shares] == [None, None]
+    half = attribute(lat, Fixed({"a": 0.0, "x": 1.0, "y": 1.0, "b": 2.0}), {s: [Run(r)] for s, r in nodes.items()},
+                     np.random.default_rng(0), 10)
+    assert [s.fraction for s in half.shares] == [0.5, 0.5]
+
+
+def test_longest_paths_stop_at_the_limit() -> None:
+    from ledger.analyses.attribution import longest_paths
+
+    full = CODE | PREC | ROUTER
+    every = {CODE, PREC, ROUTER, CODE | PREC, CODE | ROUTER, PREC | ROUTER}
+    assert len(longest_paths(every, full)) == 6
+    assert longest_paths(every, full, limit=2) == longest_paths(every, full)[:2]
+    assert len(longest_paths(every, full, limit=2)) == 2

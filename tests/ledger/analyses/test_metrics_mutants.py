@@ -406,8 +406,9 @@ def test_routing_metrics_observe_each_formula_after_warm_up() -> None:
                "n_log_n": np.array([7.0, (n * np.log(n)).sum()])}
     run = rd(steps_of([1.0] * 20), routing=routing)
     q = n / 512
-    expected = {"load CV": n.std() / 128, "max/mean load": 156 / 128, "load entropy": -(q * np.log(q)).sum() / np.log(4),
-                "dropped tokens": 100 * 6 / 512, "capacity waste": (600 - (512 - 6)) / 600, "router entropy": 0.9}
+    expected = {"load CV": n.std() / 128, "max/mean load": 156 / 128,
+                "load entropy": -(q * np.log(q)).sum() / np.log(4), "dropped tokens": 100 * 6 / 512,
+                "capacity waste": (600 - (512 - 6)) / 600, "router entropy": 0.9}
     m = by_name(metrics._routing_metrics([], []))
     assert list(m) == list(expected)
     for name, value in expected.items():
