@@ -281,3 +281,29 @@ def test_recomputed_steps_far_apart(far: int) -> None:
     # tokens (100 per step number): each row processed its count minus the surviving count of the step before
     per_row = [100, 100, 100 * (far - 2), 100, 100 * (far - 2), 100]
     assert g.tokens_processed == sum(per_row) and g.tokens_useful == 100 + 100 + 100 * (far - 2) + 100
+
+
+def test_steps_logged_out_of_step_order_and_tokens_that_go_back() -> None:
+    # steps 1, 3, 2 logged in time order at 1, 2, 3 s (0.5 s each): the surviving computations are listed by step
+    rows = [step(A1, 1, 1.0, 0.5), step(A1, 3, 2.0, 0.5), step(A1, 2, 3.0, 0.5)]
+    g = compute([receipt(A1, 1, 0, 10)], table(STEPS, rows), table(EVENTS, []))
+    assert g.surviving_steps.tolist() == [1, 2, 3] and (g.surviving_times - T0).tolist() == pytest.approx([1, 3, 2])
+    assert g.productive_s == pytest.approx(1.5) and g.notes == []
+    # each row processed its count minus that of the step before it: 100, 300 - 200, 200 - 100
+    assert (g.tokens_processed, g.tokens_useful) == (300, 300)
+    # a count that goes back (a reset) processed nothing, not a negative number: 100 + 0 + 100
+    back = [step(A1, 1, 1.0, tokens=100), step(A1, 2, 2.0, tokens=50), step(A1, 3, 3.0, tokens=150)]
+    g = compute([receipt(A1, 1, 0, 10)], table(STEPS, back), table(EVENTS, []))
+    assert (g.tokens_processed, g.tokens_useful) == (200, 200)
+
+
+def test_start_up_is_cut_to_the_attempt_and_early_saves_are_useful() -> None:
+    late = compute([receipt(A1, 1, 0, 5)], table(STEPS, []), table(EVENTS, [ev(A1, 7.0, "init_end")]))
+    assert late.buckets["startup"] == pytest.approx(5.0)
+    early = compute([receipt(A1, 1, 0, 5)], table(STEPS, []), table(EVENTS, [ev(A1, -1.0, "init_end")]))
+    assert early.buckets["startup"] == pytest.approx(0.0) and early.buckets["other"] == pytest.approx(5.0)
+    # a save of step 0 (before any logged step) and one of step 1 of attempt 1, which attempt 2 computed again
+    rows = [step(A1, 1, 1.0, 0.5), step(A2, 1, 7.0, 0.5)]
+    saves = [ev(A1, 0.2, "checkpoint_save_end", 0), ev(A1, 1.2, "checkpoint_save_end", 1)]
+    g = compute([receipt(A1, 1, 0, 5, "failed"), receipt(A2, 2, 6, 10)], table(STEPS, rows), table(EVENTS, saves))
+    assert (g.checkpoints_saved, g.checkpoints_useful) == (2, 1)
