@@ -307,3 +307,40 @@ def test_start_up_is_cut_to_the_attempt_and_early_saves_are_useful() -> None:
     saves = [ev(A1, 0.2, "checkpoint_save_end", 0), ev(A1, 1.2, "checkpoint_save_end", 1)]
     g = compute([receipt(A1, 1, 0, 5, "failed"), receipt(A2, 2, 6, 10)], table(STEPS, rows), table(EVENTS, saves))
     assert (g.checkpoints_saved, g.checkpoints_useful) == (2, 1)
+
+
+def test_attempts_given_out_of_time_order_with_other_receipts_events() -> None:
+    events = table(EVENTS, [ev(OTHER, 1.0, "eval_start"), *scenario_events(), ev(OTHER, 2.0, "eval_end")])
+    g = compute(list(reversed(attempts())), table(STEPS, scenario_steps()), events)
+    assert g.buckets == pytest.approx(EXPECTED_BUCKETS) and g.productive_s == pytest.approx(6.4)
+    assert [a.restored_step for a in g.attempts] == [None, 4] and g.checkpoints_useful == 2 and g.problems == []
+
+
+def test_a_start_without_an_end_and_an_end_without_a_start() -> None:
+    rows = table(STEPS, [step(A1, 1, 2.0), step(A1, 2, 4.0)])
+    g = compute([receipt(A1, 1, None, 10.0)], rows, table(EVENTS, [ev(A1, 1.0, "init_start")]))
+    assert g.wall_s == pytest.approx(9.0)  # from the first timed row (1 s) to the recorded end (10 s)
+    assert g.notes == ["attempt 1 has no start time: taken from its first/last timed row"]
+
+
+def test_every_other_step_logged_is_noted() -> None:
+    rows = [step(A1, s, s / 2, 0.1) for s in (2, 4, 6)]
+    g = compute([receipt(A1, 1, 0, 5)], table(STEPS, rows), table(EVENTS, []))
+    assert g.notes == ["steps are logged every 2 steps or so: a logged row stands for the steps since the "
+                       "previous one, each taking the logged step's time"]
+    assert g.productive_s == pytest.approx(3 * 2 * 0.1)
+
+
+def test_one_step_computed_twice_processed_its_tokens_twice() -> None:
+    rows = [step(A1, 1, 1.0, 0.5), step(A2, 1, 7.0, 0.5)]
+    g = compute([receipt(A1, 1, 0, 5, "failed"), receipt(A2, 2, 6, 10)], table(STEPS, rows), table(EVENTS, []))
+    assert (g.tokens_processed, g.tokens_useful, g.token_goodput) == (200, 100, 0.5)
+
+
+def test_surviving_steps_by_step_after_a_restart() -> None:
+    # attempt 1: steps 1 and 4 at 1 and 2 s; attempt 2: steps 5 then 4 again at 7 and 8 s (4 of attempt 1 lost)
+    rows = [step(A1, 1, 1.0, 0.5), step(A1, 4, 2.0, 0.5), step(A2, 5, 7.0, 0.5), step(A2, 4, 8.0, 0.5)]
+    g = compute([receipt(A1, 1, 0, 5, "failed"), receipt(A2, 2, 6, 10)], table(STEPS, rows), table(EVENTS, []))
+    assert g.surviving_steps.tolist() == [1, 4, 5]
+    assert (g.surviving_times - T0).tolist() == pytest.approx([1.0, 8.0, 7.0])
+    assert g.steps_recomputed == 1
