@@ -217,13 +217,14 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Ledger:
     - r2 [100, 112]: evals 3.9, 3.7 -> censored at its total, 12 s (1200 J)
     - r3 [200, 206]: eval 3.2 at 3 s -> reached at 3 s (200 J by then)
 
-    and r4, tagged like r1 with mixed=m, training another task."""
+    and r4, tagged like r1 with mixed=m, training another task; r3 alone is also tagged solo=s."""
     led = Ledger(tmp_path_factory.mktemp("gates") / "receipts")
     publish(led, "r1", 0, 10, [2, 4, 6, 8], [(2, 4.5, 3.8), (4, 8.5, 3.4)], [(0, 0), (5, 500), (10, 1000)],
             {"sweep": "g", "mixed": "m"})
     publish(led, "r2", 100, 112, [102, 104, 106, 108, 110], [(2, 104.5, 3.9), (4, 108.5, 3.7)],
             [(100, 0), (112, 1200)], {"sweep": "g"})
-    publish(led, "r3", 200, 206, [202, 204], [(1, 203, 3.2)], [(200, 0), (202, 200), (206, 600)], {"sweep": "g"})
+    publish(led, "r3", 200, 206, [202, 204], [(1, 203, 3.2)], [(200, 0), (202, 200), (206, 600)],
+            {"sweep": "g", "solo": "s"})
     publish(led, "r4", 300, 306, [302, 304], [(1, 303, 3.2)], [(300, 0), (306, 600)], {"mixed": "m"},
             task=Task(dataset="other", quality_gates=(GATE,)))
     return led
@@ -244,6 +245,8 @@ def test_gate_report_of_one_run_from_the_index(ledger: Ledger) -> None:
         "no price per device-hour (--price-per-device-hour or ledger.toml): no money figures"]
     other = Pricing({"NVIDIA H200": 2.0}, source="prices.toml")
     assert gate_report(ledger, "r1", pricing=other).notes == ["no price for cpu in prices.toml: no money figures"]
+    by_model = gate_report(ledger, "r1", pricing=Pricing({"cpu": 3.6, "NVIDIA H200": 2.0}, source="prices.toml"))
+    assert by_model.results[0].cost.money == pytest.approx(0.0085) and by_model.notes == []
     with pytest.raises(BadInput, match="no quality gate named 'nope'"):
         gate_report(ledger, "r1", spec="nope")
 
@@ -266,6 +269,8 @@ def test_group_report_keeps_the_censored_run(ledger: Ledger) -> None:
     spec = group_report(ledger, "sweep=g", spec="val/loss<=3.75")
     assert [r.results[0].reached for r in spec.runs] == [True, True, True]
     assert spec.runs[1].results[0].cost.wall_s == pytest.approx(8.5)  # r2's 3.7 at 108.5 s
+    solo = group_report(ledger, "solo=s")
+    assert [r.good.name for r in solo.runs] == ["r3"] and solo.summaries[0].median("wall_s") == pytest.approx(3.0)
     with pytest.raises(BadInput, match=r"runs of group mixed=m train different tasks \(r1 and r4\): their gates "
                                        r"are not comparable; tag them apart"):
         group_report(ledger, "mixed=m")
