@@ -48,12 +48,14 @@ A = "tests/ledger/analyses/"
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py")),
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/evidence.py"),
-           (A + "test_evidence.py", A + "test_compare_units.py"), 3),
+           (A + "test_evidence.py", A + "test_compare_units.py", A + "test_metrics_mutants.py",
+            A + "test_evidence_mutants.py"), 3),
     Module("attribution", ("ledger/analyses/attribution.py",),
-           (A + "test_attribution.py", A + "test_exact_attribution.py"), 5),
-    Module("goodput", ("ledger/analyses/goodput.py",), (A + "test_goodput.py", A + "test_exact_goodput.py"), 3),
+           (A + "test_attribution.py", A + "test_exact_attribution.py", A + "test_attribution_mutants.py"), 5),
+    Module("goodput", ("ledger/analyses/goodput.py",),
+           (A + "test_goodput.py", A + "test_exact_goodput.py", A + "test_goodput_mutants.py"), 3),
     Module("gates", ("ledger/analyses/gates.py", "ledger/analyses/km.py"),
-           (A + "test_gates.py", A + "test_km.py", A + "test_exact_goodput.py"), 3),
+           (A + "test_gates.py", A + "test_km.py", A + "test_exact_goodput.py", A + "test_gates_mutants.py"), 3),
     # in-process tests only: a `ledger` CLI started by a test would import mutmut's trampolines outside its
     # runner and fail (test_secrets.py and test_integrity.py start the CLI)
     Module("redaction", ("ledger/redact.py",),
