@@ -88,6 +88,8 @@ def test_line_kinds() -> None:
     assert one is not None and (one.kind, one.name, one.values) == ("timer", "optimizer", {"min": 4.5, "max": 4.5})
     arg = parse_line("  num_layers ...................... 24")
     assert arg is not None and (arg.kind, arg.name, arg.value) == ("argument", "num_layers", 24)
+    arg = parse_line("[default3]: [2025-01-02 03:04:05]  tokenizer_type ........ TokenizerX\r\n")
+    assert arg is not None and (arg.rank, arg.time, arg.value) == (3, datetime(2025, 1, 2, 3, 4, 5), "TokenizerX")
     memory = parse_line("[Rank 1] (after 7 iterations) memory (GB) | allocated: 2 | max allocated: 3.5 | x: y")
     assert memory is not None and (memory.kind, memory.step) == ("memory", 7)
     assert memory.values == {"allocated": 2 * 2**30, "max allocated": 3.5 * 2**30} and memory.bad == [
@@ -129,6 +131,9 @@ def test_moe_loss_is_the_aux_loss_and_lm_loss_wins_over_loss() -> None:
                        "iteration 3/ 3 | loss: 9.0 | number of skipped iterations: 0 |")
     assert (a["loss"], b["loss"], c["loss"]) == (2.0, 2.0, 9.0) and a["aux_loss"] == 0.5
     assert (a["skipped"], c["skipped"]) == (None, False)
+    assert b["extra"] is None  # no field left over: a null map, not an empty one
+    [one] = steps_of("iteration 1/ 3 | global batch size: 1 |")
+    assert one["global_batch"] == 1 and one["extra"] is None
 
 
 def test_tokens_throughput_and_flops_are_derived_only_from_facts_in_the_log() -> None:
@@ -229,7 +234,17 @@ def test_evals_at_an_iteration_and_at_the_end() -> None:
                                                     "value": 2.5}
 
 
-def test_times_are_read_as_utc_and_noted() -> None:
+def test_times_are_read_as_utc_and_noted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # whatever the machine's zone, Megatron's stamps read as UTC
+    time.tzset()
+    monkeypatch.undo()
+    try:
+        utc_read = parse_lines(numbered("[2025-01-02 03:04:05] iteration 1/ 2 | lm loss: 1.0 |")).steps[0][2]
+    finally:
+        time.tzset()
+    assert utc_read == datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
     log = parse_lines(numbered("[2025-01-02 03:04:05] iteration 1/ 2 | lm loss: 1.0 |",
                                "[2025-01-02 03:04:06] validation loss at iteration 1 | lm loss value: 2.0",
                                "[2025-01-02 03:04:09] iteration 2/ 2 | lm loss: 1.0 |"))
@@ -356,3 +371,9 @@ def test_routing_ignores_dumps_older_than_the_run(tmp_path: Path) -> None:
     issues = Issues("x")
     assert [r["step"] for r in routing_from_dir(d, issues).to_pylist()] == [2, 1]  # sorted by file name
     assert issues.unparsed == [(2, "not JSON (Expecting value: line 1 column 1 (char 0))")]
+    old.write_text("{bad\n")
+    issues = Issues("tokens_per_expert/old.jsonl")  # problems of the file itself name no other source
+    routing_from_dir(d, issues)
+    why = "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"[:60]
+    assert issues.unparsed == [(1, f"not JSON ({why})")]
+    assert issues.notes == [f"1 line(s) did not parse: line 1: not JSON ({why})"]

@@ -6,6 +6,7 @@ out by hand from the rules in ledger/redact.py's docstring."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -200,3 +201,61 @@ def test_an_unterminated_block_stops_hiding_after_its_limit() -> None:
     assert MAX_BLOCK_LINES == 400
     assert s.feed(BEGIN + body) == f"{R}\n" and s.open == {"RSA PRIVATE KEY": MAX_BLOCK_LINES}
     assert s.feed("QUJE\nQUJF\n") == "QUJE\nQUJF\n" and not s.open_block
+
+
+# ------------------------------------------------------------------------------------------ the rule tables
+def test_the_rules_file_loads_into_text_rules_and_line_rules() -> None:
+    import json
+
+    from ledger.redact import RULE_GUARDS, RULES_FILE, _load_rules, _plugin_sub
+
+    data = json.loads(RULES_FILE.read_text())
+    whole, line = _load_rules()
+    assert len(whole) == sum(g is None for gs in RULE_GUARDS.values() for g in gs) == 17
+    assert [(r[0].pattern, r[1], r[2]) for r in whole] == [
+        (d["pattern"], _plugin_sub, None) for d in data if d["guards"] is None]
+    assert [(r[0].pattern, r[1], r[2]) for r in line] == [
+        (d["pattern"], _plugin_sub, tuple(d["guards"])) for d in data if d["guards"] is not None]
+    aws = next(r for r in line if r[2] == ("aws",))
+    assert aws[0].flags & re.IGNORECASE and aws[0].search("AWS_KEY='" + "A" * 40 + "'")
+
+
+def test_unguarded_rules_become_one_alternation_without_groups() -> None:
+    from ledger.redact import _one_pass
+
+    pattern, replacement, guards = _one_pass(((re.compile(r"(ab)c"), R, None), (re.compile(r"x(?:y)(z)", re.I), R,
+                                                                                  None)))
+    assert pattern.pattern == "(?:(?:ab)c)|(?i:x(?:y)(?:z))" and pattern.groups == 0
+    assert (replacement, guards) == (R, None)
+    assert pattern.sub(R, "abc XYZ xyz ab") == f"{R} {R} {R} ab"
+
+
+def test_literal_starts_of_patterns() -> None:
+    from ledger.redact import literal_starts
+
+    assert literal_starts(re.compile(r"(ghp|gho)_x")) == ["gho_x", "ghp_x"]
+    assert literal_starts(re.compile(r"[ab]c\d")) == ["ac", "bc"]
+    assert literal_starts(re.compile(r"(?:ab\d|cd)e")) == ["ab", "cd"]  # a branch that is not all literal stops
+    assert literal_starts(re.compile(r"(?:ab|cd)e")) == ["abe", "cde"]
+    assert literal_starts(re.compile(r"a\d")) is None  # one character is too short a start
+    assert literal_starts(re.compile(r"\dabc")) is None and literal_starts(re.compile(r".*")) is None
+    assert literal_starts(re.compile(r"[abcdefghij][abcdefghij]x")) is None  # 100 starts: too many
+    assert literal_starts(re.compile(r"(?i:ab)c")) is None  # a group with flags: not literal
+
+
+def test_the_hot_line_scan() -> None:
+    from ledger.redact import _hot_pattern
+
+    hot = _hot_pattern()
+    text = (b"plain\nuse token x\ntokens 5\ntokenizer gpt2\ntokenise\na token\nid AKIAxyz\nid akiaxyz\n"
+            b"PassWord=1\nhttps://x\nsee glpat-abc\nGLPAT-abc\nthe xoxb thing\n")
+    assert [m.group(0) for m in hot.finditer(text)] == [
+        b"use token x", b"a token", b"id AKIAxyz", b"PassWord=1", b"https://x", b"see glpat-abc", b"the xoxb thing"]
+
+
+def test_guards() -> None:
+    from ledger.redact import _hit
+
+    assert _hit(None, "anything", "anything")
+    assert not _hit(("AKC",), "akc", "akc") and _hit(("AKC",), "xAKC", "xakc")
+    assert _hit(("key",), "KEY", "key") and not _hit(("key", "pw"), "none", "none")
