@@ -79,6 +79,8 @@ def full_staging(lg: Ledger) -> Path:
                                 {"step": 2, "split": "val", "source": None, "metric": "loss", "value": 3.25}])
     _jsonl(r0 / "events.jsonl", [{"time": 1.0, "kind": "init", "step": None, "attempt": 1, "detail": None},
                                  {"time": 2.0, "kind": "checkpoint_save_start", "step": 2, "detail": SECRET}])
+    _jsonl(r0 / "telemetry.jsonl", [{"time": 1.0, "node": "n", "device": "gpu0", "energy_j": 100.0},
+                                     {"time": 2.0, "node": "n", "device": "gpu0", "energy_j": 350.0}])
     _write(r0 / "sdk_errors.log", "".join(f"error {i} {SECRET if i == 2 else ''}\n" for i in range(1, 8)))
     _write(run / "output.log", f"hello\nMY_SECRET={SECRET}\n")
     add_problems(run, [("telemetry", f"no NVML {SECRET}"), ("log", "cut")])
@@ -152,7 +154,7 @@ def test_every_table_is_written_hashed_and_counted(published: Any) -> None:
     d = lg.path(r.id)
     artifacts = {a.path: a for a in r.artifacts}
     assert sorted(artifacts) == sorted([f"{n}.parquet" for n in TABLES] + ["output.log"])
-    rows = {"steps": 3, "evals": 2, "events": 2}
+    rows = {"steps": 3, "evals": 2, "events": 2, "telemetry": 2}
     for name in TABLES:
         a = artifacts[f"{name}.parquet"]
         data = (d / a.path).read_bytes()
@@ -185,7 +187,7 @@ def test_the_summary_is_of_the_lowest_rank(published: Any) -> None:
     s = r.summary
     assert (s.steps, s.last_step, s.tokens, s.final_loss) == (2, 2, 200, 4.0)
     assert s.final_eval == {"val/all/loss": 3.25, f"val/from {REDACTED}/loss": 3.5}
-    assert s.energy_j is None and s.energy_method == "not measured"
+    assert s.energy_j == 350.0 - 100.0 and s.energy_method == "counter"  # the counter's last - first
 
 
 def test_the_journal_lists_the_published_id(published: Any) -> None:
@@ -210,6 +212,7 @@ def test_a_bare_staging_directory(tmp_path: Path) -> None:
         ("stack.json", "the stack was not captured (the wrapper ended first)")]
     assert [a.path for a in r.artifacts] == [f"{n}.parquet" for n in TABLES]  # no log: no log artifact
     assert all(a.rows == 0 for a in r.artifacts)
+    assert r.summary.energy_j is None and r.summary.energy_method == "not measured"
 
 
 def test_unreadable_wrapper_stack_and_arguments(tmp_path: Path) -> None:
@@ -235,12 +238,13 @@ def test_unreadable_wrapper_stack_and_arguments(tmp_path: Path) -> None:
 
 def test_an_invalid_stack_and_workload_are_problems_not_crashes(tmp_path: Path) -> None:
     lg = Ledger(tmp_path)
-    run = staging(lg, attempt=None)
+    run = staging(lg, attempt=None, started_at="not a time")
     _write(run / "stack.json", {"hardware": {"gpu_count": "eight"}})
     _write(run / "rank-00002" / "workload.json", {"seed": "x"})
     _write(run / "capture.json", {"config_keys": 4, "line": "took 4 keys"})
     r = publish(lg, run, Outcome("succeeded"), redact=redact)
     assert r.attempt == 1 and r.stack == Stack() and r.workload.seed is None
+    assert r.started_at is None and r.duration_s is None
     assert r.capture is not None and (r.capture.config_keys, r.capture.line) == (4, "took 4 keys")
     assert [(p.source, p.message) for p in r.problems] == [
         ("stack.json", "invalid: Input should be a valid integer, unable to parse string as an integer"),
@@ -419,4 +423,10 @@ def test_the_staging_lock_is_released_after_the_block(tmp_path: Path) -> None:
                 pass
     with staging_lock(tmp_path):  # free again
         pass
-    assert (tmp_path / "lock").exists() and STAGING == ".staging"
+    assert (tmp_path / "lock").stat().st_mode & 0o777 == 0o644 & ~_umask() and STAGING == ".staging"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
