@@ -82,10 +82,12 @@ def full_staging(lg: Ledger) -> Path:
     _jsonl(r0 / "telemetry.jsonl", [{"time": 1.0, "node": "n", "device": "gpu0", "energy_j": 100.0},
                                      {"time": 2.0, "node": "n", "device": "gpu0", "energy_j": 350.0}])
     _write(r0 / "sdk_errors.log", "".join(f"error {i} {SECRET if i == 2 else ''}\n" for i in range(1, 8)))
+    with open(r0 / "sdk_errors.log", "ab") as f:
+        f.write(b"bad byte \xff\n")  # line 8: never shown (the first five lines are)
     _write(run / "output.log", f"hello\nMY_SECRET={SECRET}\n")
     add_problems(run, [("telemetry", f"no NVML {SECRET}"), ("log", "cut")])
-    with open(run / "problems.jsonl", "a") as f:
-        f.write('{"source": "x"}\n' + "not json\n")
+    with open(run / "problems.jsonl", "ab") as f:
+        f.write(b'{"source": "x"}\n' + b"not json\n" + b'{"source": "y", "message": "caf\xff"}\n')
     add_problems(run, [])  # nothing to add: no line written
     _write(run / "capture.json", {"tables": [], "config_keys": "many"})
     _write(r0 / "runtime.json", {"torch": "2.13", "token_key": SECRET})
@@ -93,9 +95,11 @@ def full_staging(lg: Ledger) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, Path, Receipt, list[Any]]:
-    lg = Ledger(tmp_path_factory.mktemp("ledger"))
+@pytest.fixture
+def published(tmp_path: Path) -> tuple[Ledger, Path, Receipt, list[Any]]:
+    # function scope: mutmut runs, for each mutant, only the tests that reached the mutated function, and a
+    # module-scoped fixture reaches it in the first test only, so the others' assertions would never count
+    lg = Ledger(tmp_path)
     run = full_staging(lg)
     log_bytes = (run / "output.log").read_bytes()
     facts: list[Any] = []
@@ -137,6 +141,7 @@ def test_every_problem_is_carried_redacted_with_its_source(published: Any) -> No
         ("log", "cut"),
         ("problems.jsonl", 'unreadable note: {"source": "x"}'),
         ("problems.jsonl", "unreadable note: not json"),
+        ("y", "caf\ufffd"),  # an invalid byte is replaced, the note kept
         ("capture.json", "invalid: Input should be a valid integer, unable to parse string as an integer"),
         ("runtime.json", "ranks 0: torch 2.13"),
         ("workload.json", "ranks reported different workloads; kept rank 0's"),
@@ -225,13 +230,14 @@ def test_unreadable_wrapper_stack_and_arguments(tmp_path: Path) -> None:
     _write(run / "capture.json", '"text"')
     _write(run / "rank-00000" / "runtime.json", {"a": 1})
     _write(run / "rank-00000" / "workload.json", "]")
+    _write(run / "rank-00001" / "runtime.json", "{")
     r = publish(lg, run, Outcome("interrupted"), redact=redact)
     got = [(p.source, p.message.split(":")[0]) for p in r.problems]
     assert got == [("wrapper.json", "unreadable"), ("capture.json", "expected a JSON object"),
                    ("stack.json", "expected a JSON object"),
                    # (a damaged stack.json also reads as not captured: read_json gives no data for it)
                    ("stack.json", "the stack was not captured (the wrapper ended first)"),
-                   ("runtime.json", "runtime facts of the ranks were not merged"),
+                   ("runtime.json", "unreadable"), ("runtime.json", "runtime facts of the ranks were not merged"),
                    ("rank-00000/workload.json", "unreadable"), ("arguments.json", "unreadable")]
     assert r.capture is None and r.stack == Stack() and r.status == "interrupted"
 
@@ -430,3 +436,47 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# ------------------------------------------------------------------------------------------ killed publishers
+def _killed_at(phase: str, lg: Ledger, run: Path) -> None:
+    """Publish in a forked child that SIGKILLs itself at ``phase`` (the crash matrix's fault points)."""
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.environ["LEDGER_FAULT_AT"] = phase
+            publish(lg, run, Outcome("succeeded", ended_at=ENDED), redact=redact)
+        finally:
+            os._exit(3)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the publisher did not reach {phase!r}")
+    assert os.WIFSIGNALED(done[1]) and os.WTERMSIG(done[1]) == signal.SIGKILL
+
+
+def test_a_publisher_killed_before_the_rename_leaves_nothing_visible(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path)
+    run = staging(lg)
+    _killed_at("publishing", lg, run)
+    assert lg.ids() == [] and not (run / PUBLISHED_MARK).exists() and not (lg.root / JOURNAL).exists()
+    assert len([p for p in lg.root.iterdir() if p.name.startswith(".tmp-")]) == 1  # invisible, left behind
+    r = publish(lg, run, Outcome("succeeded", ended_at=ENDED), redact=redact)  # what `ledger recover` does
+    assert lg.ids() == [r.id] and not run.exists()
+
+
+def test_a_publisher_killed_after_the_rename_is_completed_by_the_next(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path)
+    run = staging(lg)
+    _killed_at("published", lg, run)
+    rid = (run / PUBLISHED_MARK).read_text()
+    assert lg.ids() == [rid] and not (lg.root / JOURNAL).exists() and run.is_dir()
+    again = publish(lg, run, Outcome("failed"), redact=redact)  # only the journal and the clean-up are left
+    assert again.id == rid and again.status == "succeeded" and (lg.root / JOURNAL).read_text() == rid + "\n"
+    assert not run.exists()
