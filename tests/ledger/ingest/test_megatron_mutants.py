@@ -78,8 +78,9 @@ def test_each_kind_of_bad_line_gets_its_message() -> None:
 
 
 def test_line_kinds() -> None:
-    header = parse_line("0: (min, max) time across ranks (ms):")
+    header = parse_line("0: [2025-01-02 03:04:05] (min, max) time across ranks (ms):")
     assert header is not None and (header.kind, header.rank) == ("timers-header", 0)
+    assert header.time == datetime(2025, 1, 2, 3, 4, 5)
     timers = parse_line("time (ms) | fwd: 10.5 | bwd: x")
     assert timers is not None and timers.kind == "timers" and timers.values == {"fwd": 10.5}
     assert timers.bad == ["'bwd': 'x' is not a number"]
@@ -263,11 +264,13 @@ def test_the_log_level_counts_and_notes() -> None:
     log = parse_lines(numbered(
         "", "some warning", "iteration 1/ 4 | lm loss: 1.0 | x: bad |", "iteration 1/ 4 | lm loss: 1.0 |",
         "iteration 2/ 4 | lm loss: 1.0 |", "iteration 2/ 4 | lm loss: 1.0 |", "  seq_length ....... 128",
-        "iteration 3/ 4 | lm loss: 1.0", last_ended=False))
-    assert (log.lines, log.iteration_lines, log.total_iters, log.truncated_last) == (8, 5, 4, True)
+        "iteration three/ 4 |", "iteration 3/ 4 | lm loss: 1.0", last_ended=False))
+    assert log.issues.source == "log"  # the default name of the source
+    assert log.issues.unparsed == [(8, "an iteration line without 'iteration N/ TOTAL'")]
+    assert (log.lines, log.iteration_lines, log.total_iters, log.truncated_last) == (9, 5, 4, True)
     assert log.args == {"seq_length": 128} and log.issues.fields == [(3, "'x': 'bad' is not a number")]
     assert log.issues.notes == [
-        "line 8 has no line end: the log may have been cut off (a killed job); its fields were kept as far as they "
+        "line 9 has no line end: the log may have been cut off (a killed job); its fields were kept as far as they "
         "parse",
         "2 iteration(s) appear more than once (a restart into the same log?): 1, 2"]
     empty = parse_lines([])
