@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,12 @@ def test_bytes_in_and_out() -> None:
     assert r.text(FILLER + "x" * 10) == FILLER + "x" * 10  # a long text without a hot line comes back whole
 
 
+def test_a_long_text_with_a_lone_surrogate() -> None:
+    r = Redactor({})
+    text = FILLER + "\ud800 -----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\npassword=hunter22\n"
+    assert r.text(text) == FILLER + f"\ud800 {R}\npassword={R}\n"
+
+
 def test_a_long_text_redacts_pem_blocks_and_hot_lines_only() -> None:
     r = Redactor({})
     key = "-----BEGIN PRIVATE KEY-----\nMIIEvQ\n-----END PRIVATE KEY-----"
@@ -71,7 +78,7 @@ def test_a_long_text_redacts_pem_blocks_and_hot_lines_only() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("aws pwd '" + "a" * 39 + "1'", f"aws pwd '{R}'"),  # detect-secrets' AWS rule: only its group is redacted
+    ("x aws pwd '" + "a" * 39 + "1' y", f"x aws pwd '{R}' y"),  # detect-secrets' AWS rule: only its group is redacted
     ("Authorization: Bearer abcdefgh123", f"Authorization: Bearer {R}"),
     ("got bearer abcdefgh123 back", f"got bearer {R} back"),
     ("AUTH=abc123", f"AUTH={R}"),
@@ -95,6 +102,9 @@ def test_text_rules(text: str, expected: str) -> None:
 def test_argv_forms() -> None:
     r = Redactor({})
     assert r.argv(["mysql", "-uroot", "-psecret1", "-p", "db"]) == ["mysql", "-uroot", f"-p{R}", "-p", "db"]
+    assert r.argv(["/usr/bin/mysqldump", "-pX"]) == ["/usr/bin/mysqldump", f"-p{R}"]
+    assert r.argv(["curl", "-u", "admin:pa:ss99"]) == ["curl", "-u", f"admin:{R}"]  # the password may hold ':'
+    assert r.text("pa:ss99") == R
     assert r.argv(["ls", "-pfoo123"]) == ["ls", "-pfoo123"]  # -p is a password for mysql only
     assert r.argv(["curl", "-u", "admin:pa55word", "--user", "bob", "-u", "x:"]) == [
         "curl", "-u", f"admin:{R}", "--user", "bob", "-u", "x:"]
@@ -123,6 +133,7 @@ def test_json_documents() -> None:
     assert r.json(doc) == {"api_secret": None, "api_key": 8, "password": R, "x": [{"token": R}, R, 1.5, True],
                            "1": "a", R: {"k": None}}
     assert redact_json("plain", str.upper) == "PLAIN" and redact_json(3, str.upper) == 3
+    assert r.json({"api_key": "8", "top_k_token": "16"}) == {"api_key": "8", "top_k_token": "16"}  # sizes
 
 
 def test_labels_and_tags() -> None:
@@ -150,6 +161,7 @@ def test_entropy_by_hand() -> None:
 
 def test_names_and_values_at_the_edges() -> None:
     assert looks_secret("dbPassword") and looks_secret("PWORD") and looks_secret("my-pw")
+    assert looks_secret("DB_PWD") and secret_value("DB_PWD", "1234")
     assert not looks_secret("token_type") and not looks_secret("authors") and not looks_secret("query_key_scaling")
     assert looks_secret("query_key") is False and looks_secret("key_value") is False
     assert looks_secret("key") and looks_secret("value_key") and looks_secret("querykey_x") is False
@@ -166,6 +178,8 @@ def test_a_stream_without_keys_is_redacted_as_text() -> None:
     s = StreamRedactor(Redactor({}))
     assert s.feed("a password=abc123\nb\n") == f"a password={R}\nb\n" and not s.open_block
     assert s.feed_bytes(b"a password=abc123\n\xff\n") == f"a password={R}\n\ufffd\n".encode()
+    assert s.feed_bytes(BEGIN.encode() + b"QUJD\n\xff visible\n") == f"{R}\n\ufffd visible\n".encode()
+    assert s.open_block
 
 
 def test_a_block_over_batches_ends_at_its_own_end_line() -> None:
@@ -241,6 +255,7 @@ def test_literal_starts_of_patterns() -> None:
     assert literal_starts(re.compile(r"\dabc")) is None and literal_starts(re.compile(r".*")) is None
     assert literal_starts(re.compile(r"[abcdefghij][abcdefghij]x")) is None  # 100 starts: too many
     assert literal_starts(re.compile(r"(?i:ab)c")) is None  # a group with flags: not literal
+    assert literal_starts(re.compile("ab c", re.VERBOSE)) == ["abc"]  # parsed with the pattern's flags
 
 
 def test_the_hot_line_scan() -> None:
@@ -254,8 +269,22 @@ def test_the_hot_line_scan() -> None:
 
 
 def test_guards() -> None:
-    from ledger.redact import _hit
+    from ledger.redact import _hit, _keep
 
     assert _hit(None, "anything", "anything")
     assert not _hit(("AKC",), "akc", "akc") and _hit(("AKC",), "xAKC", "xakc")
     assert _hit(("key",), "KEY", "key") and not _hit(("key", "pw"), "none", "none")
+    m = re.match(r"(a)(b)c", "abc")
+    assert _keep(2)(m) == f"b{R}" and _keep(1, "@")(m) == f"a{R}@"
+
+
+def test_the_rules_file_is_written_by_the_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import ledger.redact as redact
+
+    committed = redact.RULES_FILE.read_text()
+    target = tmp_path / "rules.json"
+    monkeypatch.setattr(redact, "RULES_FILE", target)
+    redact._main()
+    assert target.read_text() == committed  # the installed detect-secrets gives the committed file
+    assert capsys.readouterr().out == f"wrote {target}\n"
