@@ -64,6 +64,16 @@ def test_bytes_in_and_out() -> None:
     assert r.text(FILLER + "x" * 10) == FILLER + "x" * 10  # a long text without a hot line comes back whole
 
 
+def test_the_short_text_edge_is_inclusive() -> None:
+    # every rule runs on texts up to SMALL_TEXT characters; the quoted-entropy rule alone does not make a line of
+    # a longer text hot, so a text of exactly SMALL_TEXT characters shows which side of the edge it took
+    line = f'x = "{RANDOM}"\n'
+    text = "a" * (SMALL_TEXT - len(line) - 1) + "\n" + line
+    assert len(text) == SMALL_TEXT == 4096
+    assert Redactor({}).text(text) == text.replace(RANDOM, R)
+    assert Redactor({}).text("a" + text) == "a" + text  # one more character: the long-text path
+
+
 def test_a_long_text_with_a_lone_surrogate() -> None:
     r = Redactor({})
     text = FILLER + "\ud800 -----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\npassword=hunter22\n"
