@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerNotWritable, SchemaTooNew
 from ledger.store.publish import Outcome, publish
@@ -96,9 +97,12 @@ def test_each_damaged_receipt_json_has_its_message(tmp_path: Path) -> None:
     with pytest.raises(SchemaTooNew, match=f"^{path}: "):
         lg.read_raw(r.id)
     path.write_text(json.dumps({**json.loads(good), "status": "exploded"}))
-    with pytest.raises(InvalidReceipt, match=f"^{path}: field status: Input should be ") as one:
+    with pytest.raises(InvalidReceipt) as one:
         lg.load(r.id)
-    assert "more" not in str(one.value)  # one error: no "(and N more)"
+    with pytest.raises(ValidationError) as direct:  # pydantic's own words for the one error
+        Receipt.model_validate(json.loads(path.read_text()))
+    assert direct.value.error_count() == 1
+    assert str(one.value) == f"{path}: field status: {direct.value.errors()[0]['msg']}"  # no "(and N more)"
     path.write_text(json.dumps({**json.loads(good), "status": "exploded", "attempt": "x", "exit_code": "y"}))
     with pytest.raises(InvalidReceipt, match=r"\(and 2 more\)$"):
         lg.load(r.id)
