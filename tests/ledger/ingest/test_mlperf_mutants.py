@@ -70,7 +70,7 @@ LINES = [
     ev("tracked_stats", 5200, {"warmup_time": 2.0, "init_finished": 1.0}, step=3),
     ev("tracked_stats", 5300, [1, 2], step=4),  # line 29
     ":::MLLOG {broken",  # line 30
-    ev("eval_start", 6000, samples_count=32),
+    ev("eval_start", 6000, samples_count=32, epoch_num=1),
     ev("tracked_stats", 6100, {"validation_time": 1.5}, step=1),
     ev("tracked_stats", 6200, {"validation_time": 0.5}, step=2),
     ev("eval_accuracy", 6300, 0.70, samples_count=32),
@@ -162,7 +162,7 @@ def test_the_events(imported: mlperf.MlperfResult) -> None:
         (0, 3.5, "run_start", None, None),
         (0, 5.0, "tracked_stats", 32, '{"throughput": 10}'),
         (0, 5.1, "tracked_stats", 0, '{"throughput": 9.0, "train_step_time": 0.4}'),
-        (0, 6.0, "eval_start", 32, '{"samples_count": 32}'),
+        (0, 6.0, "eval_start", 32, '{"epoch_num": 1, "samples_count": 32}'),  # keys sorted
         (0, 6.4, "eval_stop", 32, '{"samples_count": 32}'),
         (0, 7.0, "eval_start", 2, '{"epoch_num": 2}'),
         (0, 7.3, "eval_stop", 2, '{"epoch_num": 2}'),
@@ -208,6 +208,7 @@ def _log(tmp_path: Path, *lines: str) -> Path:
 def test_a_log_without_a_system_description_and_rules(tmp_path: Path) -> None:
     path = _log(tmp_path, ev("submission_benchmark", 100, "gpt3"), ev("submission_org", 100, "Acme"),
                 ev("submission_platform", 100, "8xH100"), ev("target_accuracy", 150, 2.69),
+                ev("opt_learning_rate_training_steps", 150, 50),
                 ev("run_start", 200), ev("run_stop", 1200))
     result = mlperf.evidence(path)
     e = result.evidence
@@ -222,6 +223,7 @@ def test_a_log_without_a_system_description_and_rules(tmp_path: Path) -> None:
     assert "timing" not in e.tables and e.tables["steps"].num_rows == 0
     w = e.workload
     assert w is not None and w.batch.tokens_per_step is None and w.seed is None
+    assert w.batch.steps == 50  # no max_steps: the schedule's training steps
 
 
 def test_run_stop_without_run_start_and_no_run_stop(tmp_path: Path) -> None:
@@ -250,6 +252,13 @@ def test_the_system_file_wins_over_the_log_s_and_says_so(tmp_path: Path) -> None
         "no run_stop: the run did not finish or the log is cut off; outcome unknown, time to train not computed"]
 
 
+def test_the_same_system_given_twice_is_not_noted(tmp_path: Path) -> None:
+    given = tmp_path / "sys.json"
+    given.write_text(json.dumps(SYSTEM))
+    e = mlperf.evidence(_log(tmp_path, ":::SYSJSON " + json.dumps(SYSTEM), ev("run_start", 20)), given).evidence
+    assert e.issues is not None and not any(n.startswith("--system") for n in e.issues.notes)
+
+
 def test_a_placeholder_submitter_without_a_description(tmp_path: Path) -> None:
     e = mlperf.evidence(_log(tmp_path, ev("submission_org", 10, " tbd "), ev("run_start", 20))).evidence
     assert e.submitter is None and e.issues is not None
@@ -272,8 +281,13 @@ def test_rules_without_a_target_or_a_match(tmp_path: Path) -> None:
 def test_a_file_without_mllog_events_is_the_wrong_kind(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match=r"expected an MLPerf result log .*; 2 :::MLLOG line\(s\) did not parse$"):
         mlperf.evidence(_log(tmp_path, ":::MLLOG {", "text", ':::MLLOG {"key": 1}'))
-    with pytest.raises(BadInput, match=r"expected an MLPerf result log \(':::MLLOG \{json\}' lines\), found .*[^e]$"):
-        mlperf.evidence(_log(tmp_path, "plain text"))
+    from ledger.ingest.common import describe
+
+    plain = _log(tmp_path, "plain text")
+    with pytest.raises(BadInput) as exc:
+        mlperf.evidence(plain)
+    expected = f"{plain}: expected an MLPerf result log (':::MLLOG {{json}}' lines), found {describe(plain)}"
+    assert str(exc.value) == expected
 
 
 def test_system_descriptions_that_are_not_one(tmp_path: Path) -> None:
@@ -390,6 +404,14 @@ def test_finding_rules(tmp_path: Path) -> None:
     unversioned = tmp_path / "d"
     unversioned.mkdir()
     (unversioned / "open_bert.yaml").write_text(RULE)
+    for version in ("9.0.0", "10.0.0"):  # by version, not by name ("training_10" sorts before "training_9")
+        folder = tmp_path / f"training_{version}"
+        folder.mkdir()
+        (folder / "closed_bert.yaml").write_text(RULE)
+    assert mlperf.find_rules([tmp_path / "training_9.0.0", tmp_path / "training_10.0.0"], "bert", "closed")[0] == (
+        tmp_path / "training_10.0.0" / "closed_bert.yaml")
+    assert mlperf.find_rules([tmp_path / "training_10.0.0", tmp_path / "training_9.0.0"], "bert", "closed")[0] == (
+        tmp_path / "training_10.0.0" / "closed_bert.yaml")
     found, notes = mlperf.find_rules([unversioned, single], "bert", None)
     assert found == single and notes == ["several rule sets match bert: used training_4.0.0__closed_bert.yaml (the "
                                          "newest); the log does not say which ruleset it was checked against"]
