@@ -12,7 +12,8 @@ as ``0: `` or ``[default3]:``, a ``[YYYY-MM-DD hh:mm:ss]`` timestamp, or neither
   ``seq_load_balancing_loss``, ``num zeros``, ``params norm``, consumed samples, ``samples per second``...) is kept
   in ``extra`` under its printed name. Durations such as ``1m 52s`` become seconds. A missing
   trailing ``|``, ``nan`` and ``inf`` are fine;
-- ``[Rank r] (after N iterations) memory (MB) | allocated: ... | max allocated: ...`` -> memory of step N;
+- ``[Rank r] (after N iterations) memory (MB) | allocated: ... | max allocated: ...`` -> memory of step N, rank r
+  (a launcher's rank prefix, when there is one, wins);
 - ``validation loss at iteration N [on S set] | lm loss value: ... | lm loss PPL: ...`` and ``validation
   loss at the end of training for S data | ...`` -> evals (``lm loss value`` -> metric ``loss``, ``lm loss
   PPL`` -> ``ppl``);
