@@ -12,7 +12,8 @@ as ``0: `` or ``[default3]:``, a ``[YYYY-MM-DD hh:mm:ss]`` timestamp, or neither
   ``seq_load_balancing_loss``, ``num zeros``, ``params norm``, consumed samples, ``samples per second``...) is kept
   in ``extra`` under its printed name. Durations such as ``1m 52s`` become seconds. A missing
   trailing ``|``, ``nan`` and ``inf`` are fine;
-- ``[Rank r] (after N iterations) memory (MB) | allocated: ... | max allocated: ...`` -> memory of step N;
+- ``[Rank r] (after N iterations) memory (MB) | allocated: ... | max allocated: ...`` -> memory of step N, rank r
+  (a launcher's rank prefix, when there is one, wins);
 - ``validation loss at iteration N [on S set] | lm loss value: ... | lm loss PPL: ...`` and ``validation
   loss at the end of training for S data | ...`` -> evals (``lm loss value`` -> metric ``loss``, ``lm loss
   PPL`` -> ``ppl``);
@@ -56,6 +57,8 @@ _VALIDATION = re.compile(
 _MEMORY = re.compile(r"\(after (\d+) iterations\) memory \((MB|GB|GiB|MiB)\)\s*\|(.*)$")
 _TIMER = re.compile(r"^\s*([A-Za-z][\w\-/ ]*?)\s*\.{2,}:\s*\(?\s*([^,()\s]+)(?:\s*,\s*([^,()\s]+))?\s*\)?\s*$")
 _DURATION = re.compile(r"^\s*(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m(?!s))?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$")
+_MEMORY_RANK = re.compile(r"\[Rank (\d+)\]")
+"""Megatron's own rank label of a memory report (each data-parallel rank 0 prints one: several with TP/PP)."""
 _MB = {"MB": 1 << 20, "MiB": 1 << 20, "GB": 1 << 30, "GiB": 1 << 30}
 
 STEP_COLUMNS: dict[str, tuple[str, float]] = {
@@ -183,6 +186,9 @@ def parse_line(raw: str) -> Line | None:
             raise LineError("a memory report without '(after N iterations) memory (MB) | ...'")
         values, bad = split_fields(m.group(3))
         scale = _MB[m.group(2)]
+        said = _MEMORY_RANK.search(body, 0, m.start())
+        if rank is None and said:  # no launcher prefix: the rank the report names, not rank 0 for all
+            rank = int(said.group(1))
         return Line("memory", rank, when, int(m.group(1)), values={k: v * scale for k, v in values.items()},
                     bad=bad)
     if body.startswith("(min, max) time across ranks"):

@@ -59,12 +59,16 @@ MODULES: tuple[Module, ...] = (
     # in-process tests only: a `ledger` CLI started by a test would import mutmut's trampolines outside its
     # runner and fail (test_secrets.py and test_integrity.py start the CLI)
     Module("redaction", ("ledger/redact.py",),
-           ("tests/ledger/record/test_redact.py", "tests/ledger/record/test_redact_exact.py"), 5),
+           ("tests/ledger/record/test_redact.py", "tests/ledger/record/test_redact_exact.py",
+            "tests/ledger/record/test_redact_mutants.py", "tests/ledger/record/test_redact_stream.py"), 5),
     Module("publish", ("ledger/store/publish.py", "ledger/store/receipts.py"),
-           ("tests/ledger/store/test_stored_columns.py",), 5),
+           ("tests/ledger/store/test_stored_columns.py", "tests/ledger/store/test_publish_mutants.py",
+            "tests/ledger/store/test_receipts_mutants.py"), 5),
     Module("mlperf", ("ledger/ingest/mlperf.py",),
-           ("tests/ledger/ingest/test_mlperf.py", "tests/ledger/ingest/test_mlperf_exact.py"), 3),
-    Module("megatron", ("ledger/ingest/megatron.py",), ("tests/ledger/ingest/test_megatron_parser.py",), 3),
+           ("tests/ledger/ingest/test_mlperf.py", "tests/ledger/ingest/test_mlperf_exact.py",
+            "tests/ledger/ingest/test_mlperf_mutants.py"), 3),
+    Module("megatron", ("ledger/ingest/megatron.py",),
+           ("tests/ledger/ingest/test_megatron_parser.py", "tests/ledger/ingest/test_megatron_mutants.py"), 3),
 )
 
 DIGITS = "0516273849"
