@@ -274,3 +274,35 @@ def test_group_report_keeps_the_censored_run(ledger: Ledger) -> None:
     with pytest.raises(BadInput, match=r"runs of group mixed=m train different tasks \(r1 and r4\): their gates "
                                        r"are not comparable; tag them apart"):
         group_report(ledger, "mixed=m")
+
+
+# ------------------------------------------------------------------------- boundaries left by the second round
+def test_an_eval_within_the_tolerance_of_its_steps_end_saw_the_surviving_state() -> None:
+    from ledger.analyses.gates import _recomputed_later
+
+    _, good = restarted()  # step 3's surviving computation ended at 0.8 s (attempt 2)
+    # 0.5 ms before that end: within the 1 ms tolerance, so not a lost state; 2 ms before: lost
+    assert _recomputed_later(good, 3.0, T0 + 0.7995) is False
+    assert _recomputed_later(good, 3.0, T0 + 0.798) is True
+
+
+def test_an_eval_exactly_at_its_steps_end_or_at_the_next_steps_end_follows_the_step() -> None:
+    from ledger.analyses.gates import _eval_follows_step
+
+    _, good = one_attempt()  # steps 1-4 end at 2, 4, 6, 8 s
+    ends = [float(t) for t in good.surviving_times]
+    assert [e - T0 for e in ends] == pytest.approx([2.0, 4.0, 6.0, 8.0])
+    # with no tolerance, both limits are inclusive: at step 2's own end, and at step 3's end
+    assert _eval_follows_step(good, 2.0, ends[1], tolerance=0.0) is True
+    assert _eval_follows_step(good, 2.0, ends[2], tolerance=0.0) is True
+    assert _eval_follows_step(good, 2.0, ends[2] + 0.01, tolerance=0.0) is False
+
+
+def test_an_unnamed_run_that_never_logged_the_gates_series_is_named_by_twelve_characters_of_its_id() -> None:
+    r = receipt(A1, 1, 0, 10.0).model_copy(update={"name": None})
+    good = compute([r], steps([(A1, s, 2.0 * s) for s in range(1, 5)], 2.0), table(EVENTS, []))
+    other = table(EVALS, [{"receipt_id": A1, "rank": 0, "step": 2, "time": T0 + 4.5, "tokens": 20,
+                           "split": "val", "metric": "accuracy", "value": 0.5}])
+    with pytest.raises(BadInput) as exc:
+        gate_result([r], good, other, None, GATE)
+    assert str(exc.value).startswith(f"run {'a' * 12} never logged the eval series of gate 'val-loss' ")
