@@ -348,7 +348,8 @@ _ANYWHERE = tuple(r for r, starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _SHAPE_STAR
 """Token shapes without a literal start (none today): they run over the whole of a long text."""
 _HOT_RULES = (_WHOLE[1], _one_pass(tuple(r for r in _WHOLE[2:] + _PLUGIN_WHOLE if r not in _ANYWHERE)), *_ALL_LINE)
 """What runs on a hot line of a long text: URL userinfo, the token shapes, the contextual rules."""
-_PEM_MARKS = (b"-----BEGIN ", b"---- BEGIN ")
+_PEM_STARTS = ("-----BEGIN ", "---- BEGIN ")
+_PEM_MARKS = tuple(start.encode() for start in _PEM_STARTS)
 """Where a PEM block may start (:data:`_PEM` is case-sensitive)."""
 
 
@@ -585,7 +586,7 @@ class StreamRedactor:
 
     def feed(self, batch: str) -> str:
         """One batch of whole lines, redacted."""
-        if not self.open and "-----BEGIN " not in batch and "---- BEGIN " not in batch:
+        if not self.open and not any(start in batch for start in _PEM_STARTS):
             return self.redactor.text(batch)
         out: list[str] = []
         plain: list[str] = []  # consecutive lines outside any block, redacted together
