@@ -8,10 +8,14 @@ from typing import Any
 
 from schemas.receipt import Receipt
 
+CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""The canonical encoder (sorted keys, no whitespace, non-ASCII as is, no NaN), built once: its ``encode``
+gives the text :func:`canonical_json` encodes as UTF-8."""
+
 
 def canonical_json(data: Any) -> bytes:
     """Deterministic JSON bytes: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return CANONICAL.encode(data).encode()
 
 
 def content_id(receipt: Receipt) -> str:

@@ -8,7 +8,6 @@ runs before any command uses a receipt (hashing costs about 50 ms for a million-
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaToo
 from ledger.store.layout import RECEIPT_FILE
 from ledger.store.receipts import Ledger, parse_receipt, read_receipt_json
 from schemas import Receipt, canonical_json
+from schemas.identity import CANONICAL as _CANONICAL
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://stackreceipt.dev/receipt/v2"
@@ -191,10 +191,6 @@ def _file_problem(directory: os.PathLike[str], name: str, size: int, digest: str
     finally:
         os.close(fd)
     return None if h.hexdigest() == digest else "sha256 does not match the listed digest"
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-""":func:`schemas.canonical_json`'s encoder (sorted keys, no whitespace), built once."""
 
 
 def _canonical_texts(raw: dict[str, Any]) -> tuple[bytes, str]:
