@@ -7,7 +7,8 @@
     result = lg.compare("baseline", "bf16")          # a Comparison; result.to_json()
 
 Every method is a thin call into the package that holds the capability (store, record, ingest, analyses,
-planning) and returns that package's typed result, each with ``.to_json()``. The CLI makes the same calls.
+replay, planning) and returns that package's typed result, each with ``.to_json()``. The CLI makes the same
+calls.
 Importing this module imports nothing heavy: each method imports what it needs when it runs, so ``import
 ledger`` stays light for training processes (which import ``ledger.sdk``).
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from ledger.planning.plan import PlanResult
     from ledger.record.inprocess import Recording
     from ledger.record.wrapper import RecordResult
+    from ledger.replay.claims import ClaimCheck
     from ledger.store import receipts as store
     from schemas import Receipt
 
@@ -171,6 +173,16 @@ class Ledger:
         with index.reader(self.store) as con:
             result = compare(con, sides[0], sides[1], options)
         return _with_to_json(result)
+
+    def claim(self, a: str, b: str, *, at: str | None = None, replay_output: IO[bytes] | None = None
+              ) -> ClaimCheck:
+        """``ledger claim A B [--at DIM=V]``: the claim the comparison supports, with its CI (``supported`` is
+        False, with the commands that get the missing evidence, when between-run evidence is missing); with
+        ``at`` (``"layers=x2"``), both sides' runs replayed at that scale and whether the claim holds there
+        (:func:`ledger.replay.claims.claim`)."""
+        from ledger.replay.claims import claim
+
+        return claim(self.store, a, b, at, replay_output=replay_output)
 
     def goodput(self, ref: str) -> Goodput:
         """``ledger goodput REF``: goodput and badput of the logical run any attempt's ref belongs to."""

@@ -7,13 +7,19 @@ variance (replicates or the ledger's noise floor). Identical runs, two runs of o
 per side without a floor get no claim (``supported`` is False, exit status 1) and the commands that get the
 missing evidence. It holds at another scale when the throughput effect has the same sign there and is
 still significant, and the loss verdict (equal, or which side is better) is unchanged.
+
+:func:`claim` is the whole of `ledger claim A B [--at DIM=V]` (and of ``ledger.open(dir).claim``): compare,
+state, and with a scale change replay every run of the evidence at that scale, compare again and judge.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger.store.receipts import Ledger
 
 THROUGHPUT = "tokens/s per device"
 LOSS = "loss @ matched tokens"
@@ -37,7 +43,8 @@ class Claim:
     missing: tuple[str, ...] = ()
     """Commands that get the missing evidence."""
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """The claim as `ledger claim --json` prints it."""
         return {"claim": self.text, "speedup": self.speedup, "speedup_ci": self.speedup_ci, "faster": self.faster,
                 "loss_verdict": self.loss_verdict, "confounded": self.confounded, "supported": self.supported,
                 "missing": list(self.missing)}
@@ -110,3 +117,66 @@ def holds(original: Claim, scaled: Claim) -> tuple[bool, str]:
     if scaled.loss_verdict != original.loss_verdict:
         return False, f"the loss verdict changed: {original.loss_verdict} -> {scaled.loss_verdict}"
     return True, "same sign, significant, same loss verdict"
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """`ledger claim A B [--at DIM=V]`: the claim as recorded and, with a scale change, as replayed there."""
+
+    original: Claim
+    at: str | None = None
+    """The scale change the runs were replayed at (None: no replay)."""
+    scaled: Claim | None = None
+    holds: bool | None = None
+    why: str | None = None
+    replayed: tuple[str, ...] = field(default=())
+    """Ids of the replayed receipts (every run of both sides' evidence)."""
+
+    @property
+    def ok(self) -> bool:
+        """A claim is stated and, when replayed, holds (the command exits 0)."""
+        return self.original.supported and self.holds is not False
+
+    def to_json(self) -> dict[str, Any]:
+        """What `ledger claim --json` prints: the claim alone, or both claims and the judgement."""
+        if self.scaled is None:
+            return self.original.to_json()
+        return {"original": self.original.to_json(), "scaled": self.scaled.to_json(), "at": self.at,
+                "holds": self.holds, "why": self.why, "replayed": list(self.replayed)}
+
+
+def claim(ledger: Ledger, a: str, b: str, at: str | None = None, *, replay_output: IO[bytes] | None = None
+          ) -> ClaimCheck:
+    """The claim the comparison of ``a`` and ``b`` supports; with ``at`` (``DIM=V`` or ``DIM=xK``), every run
+    of both sides' evidence replayed at that scale under `ledger record` (linked as replicates of its run)
+    and whether the claim holds there. ``replay_output``: where the replays' output goes (default: stdout).
+    A replay that does not finish raises :class:`ledger.errors.LedgerError`."""
+    from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
+    from ledger.errors import LedgerError
+    from ledger.record.wrapper import RecordOptions, record
+    from ledger.replay.rerun import rebuild_command
+    from ledger.replay.scale import parse_scale
+    from ledger.store import index
+    from ledger.store.integrity import check_intact
+
+    change = parse_scale(at) if at else None
+    with index.reader(ledger) as con:
+        first = to_json(compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False)))
+    original = state(first, a, b)
+    if change is None or not original.supported:
+        return ClaimCheck(original)
+    replayed: dict[str, list[str]] = {}
+    for side, ref in ((first["a"], a), (first["b"], b)):
+        for rid in side["ids"]:  # every run of the evidence, each with its own seed, at the other scale
+            receipt = check_intact(ledger, rid)
+            result = record(ledger, RecordOptions(
+                command=rebuild_command(receipt, scale=[change]), name=f"{receipt.name or ref}@{change}",
+                replicates=receipt.id, tags=dict(receipt.tags) | {"claim_scale": str(change)}, stdout=replay_output))
+            if result.receipt is None or result.exit_code:
+                raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
+            replayed.setdefault(ref, []).append(result.receipt.id)
+    with index.reader(ledger) as con:
+        second = to_json(compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]), CompareOptions(plugins=False)))
+    scaled = state(second, f"{a}@{change}", f"{b}@{change}")
+    ok, why = holds(original, scaled)
+    return ClaimCheck(original, str(change), scaled, ok, why, tuple(i for ids in replayed.values() for i in ids))

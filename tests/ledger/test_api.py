@@ -5,6 +5,7 @@ loss of 1.1 against a gate of 1.2), never from the code under test."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import child_env
+import scipy.stats
+from conftest import Runner, child_env
 
 import ledger
+import ledger.api
 import ledger.sdk
 from ledger.errors import BadInput, LedgerError
 
@@ -56,6 +59,44 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [r.name for r in lg.receipts()] == ["baseline", "bf16", "hello"]
     assert lg.get("bf16") == runs[0]
     assert ns["plan"].to_json()["cluster_optimal"]["geometry"]["experts"] in (8, 16)
+
+
+def _run(lg: ledger.api.Ledger, name: str, tokens_per_s: float, seed: int, replicates: str | None = None) -> None:
+    """One run recorded in this process: 40 steps at a constant, planted throughput."""
+    with lg.recording(name=name, replicates=replicates):
+        run = ledger.sdk.current()
+        run.set_workload({"model": {"num_experts": 8, "top_k": 2}, "seed": seed,
+                          "precision": {"compute": "bf16" if tokens_per_s > 1500 else "fp32"}})
+        for step in range(1, 41):
+            run.log_step(step, loss=4.0 * math.exp(-step / 30), tokens=4096 * step,
+                         step_time_s=4096 / tokens_per_s, tokens_per_s=tokens_per_s)
+
+
+@pytest.mark.slow
+def test_claim_is_a_library_call_and_the_cli_prints_it(ledger_cli: Runner, ledger_dir: Path) -> None:
+    """``Ledger.claim`` (ledger/replay/claims.claim) states no claim on one run a side, then the planted 1.8x
+    with its t interval once each side has a replicate; ``ledger claim --json`` prints the same result."""
+    lg = ledger.open(ledger_dir)
+    _run(lg, "base", 1000.0, 0)
+    _run(lg, "fast", 1800.0, 0)
+    alone = lg.claim("base", "fast")
+    assert not alone.ok and not alone.original.supported and alone.scaled is None
+    assert "ledger rerun base --times 2 && ledger rerun fast --times 2" in alone.to_json()["missing"]
+    _run(lg, "base-2", 1010.0, 1, replicates="base")  # a replicate each, 1% apart: 2 vs 2 runs
+    _run(lg, "fast-2", 1818.0, 1, replicates="fast")
+    stated = lg.claim("base", "fast")
+    # by hand: the geometric means' ratio is exactly 1.8; on the log scale each side's two runs are ln(1.01)
+    # apart, so the pooled standard error is ln(1.01)/sqrt(2) with 2 degrees of freedom
+    half = scipy.stats.t.ppf(0.975, 2) * math.log(1.01) / math.sqrt(2)
+    assert stated.ok and stated.original.faster is True
+    assert stated.original.speedup == pytest.approx(1.8, rel=1e-9)
+    assert stated.original.speedup_ci == pytest.approx((1.8 * math.exp(-half), 1.8 * math.exp(half)), rel=1e-6)
+    assert stated.original.text.startswith("fast is 1.80x faster than base") and "2 vs 2 runs" in stated.original.text
+    printed = ledger_cli("claim", "base", "fast", "--json")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout) == json.loads(json.dumps(stated.to_json()))
+    with pytest.raises(BadInput, match="unknown scale dimension"):
+        lg.claim("base", "fast", at="depth=2")
 
 
 def test_recording_a_failing_block_publishes_a_failed_receipt(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ledger.cli.kit import echo_json, ledger_from, ledger_option
-from ledger.errors import BadInput, LedgerError
+from ledger.cli.kit import echo_json, facade_from, ledger_from, ledger_option
+from ledger.errors import BadInput
 
 if TYPE_CHECKING:
     from ledger.replay.replicates import Planned
@@ -154,52 +154,16 @@ def claim(ctx: click.Context, a: str, b: str, at: str | None, as_json: bool, led
         ledger claim baseline fp8
         ledger claim baseline fp8 --at layers=x2
     """
-    from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
-    from ledger.record.wrapper import RecordOptions, record
-    from ledger.replay.claims import holds, state
-    from ledger.replay.rerun import rebuild_command
-    from ledger.replay.scale import parse_scale
-    from ledger.store import index
-    from ledger.store.integrity import check_intact
-
-    ledger = ledger_from(ctx, ledger_path)
-    change = parse_scale(at) if at else None
-    with index.reader(ledger) as con:
-        first = to_json(compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False)))
-    original = state(first, a, b)
-    if change is None or not original.supported:
-        if as_json:
-            echo_json(original.as_json())
-        else:
-            click.echo(original.text)
-        if not original.supported:
-            ctx.exit(1)
-        return
-    replayed: dict[str, list[str]] = {}
-    for side, ref in ((first["a"], a), (first["b"], b)):
-        for rid in side["ids"]:  # every run of the evidence, each with its own seed, at the other scale
-            receipt = check_intact(ledger, rid)
-            command = rebuild_command(receipt, scale=[change])
-            result = record(ledger, RecordOptions(
-                command=command, name=f"{receipt.name or ref}@{change}", replicates=receipt.id,
-                tags=dict(receipt.tags) | {"claim_scale": str(change)},
-                stdout=sys.stderr.buffer if as_json else None))  # keep stdout for the JSON
-            if result.receipt is None or result.exit_code:
-                raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
-            replayed.setdefault(ref, []).append(result.receipt.id)
-    with index.reader(ledger) as con:
-        second = to_json(compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]),
-                                 CompareOptions(plugins=False)))
-    scaled = state(second, f"{a}@{change}", f"{b}@{change}")
-    ok, why = holds(original, scaled)
+    check = facade_from(ctx, ledger_path).claim(a, b, at=at, replay_output=sys.stderr.buffer if as_json else None)
     if as_json:
-        echo_json({"original": original.as_json(), "scaled": scaled.as_json(), "at": str(change),
-                   "holds": ok, "why": why, "replayed": [i for ids in replayed.values() for i in ids]})
+        echo_json(check.to_json())  # the replays' output went to stderr: stdout is the JSON
+    elif check.scaled is None:
+        click.echo(check.original.text)
     else:
-        click.echo(f"as recorded:  {original.text}")
-        click.echo(f"at {change}:  {scaled.text}")
-        click.echo(f"the claim {'holds' if ok else 'does NOT hold'} at {change}: {why}")
-    if not ok:
+        click.echo(f"as recorded:  {check.original.text}")
+        click.echo(f"at {check.at}:  {check.scaled.text}")
+        click.echo(f"the claim {'holds' if check.holds else 'does NOT hold'} at {check.at}: {check.why}")
+    if not check.ok:
         ctx.exit(1)
 
 
