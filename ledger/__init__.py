@@ -15,11 +15,11 @@ fast; :mod:`ledger.api` imports what a method needs when it runs.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger.api import LawFitResult, Ledger, PerfFitResult, PlanOutcome, group, open
+    from ledger.api import LawFitResult, Ledger, PerfFitResult, PlanOptions, PlanOutcome, group, open
 
 __version__ = "0.1.0"
 
-__all__ = ["LawFitResult", "Ledger", "PerfFitResult", "PlanOutcome", "__version__", "group", "open"]
+__all__ = ["LawFitResult", "Ledger", "PerfFitResult", "PlanOptions", "PlanOutcome", "__version__", "group", "open"]
 
 
 def __getattr__(name: str) -> Any:

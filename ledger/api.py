@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, cast
+from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from typing_extensions import Unpack
 
     from ledger.analyses.compare import Comparison as _Comparison
     from ledger.analyses.compare import Ref
@@ -44,7 +45,36 @@ if TYPE_CHECKING:
         def to_json(self) -> dict[str, Any]: ...
 
 
-IngestKind = Literal["megatron", "mlperf", "golden", "trace"]
+IngestKind = Literal["megatron", "mlperf", "golden", "trace", "log"]
+
+
+class PlanOptions(TypedDict, total=False):
+    """Keyword options of :meth:`Ledger.plan`: the fields of :class:`ledger.planning.api.PlanRequest` beyond
+    hardware, nodes and days (what `ledger plan`'s options set; a test keeps the two in step). The grids take
+    sequences of numbers (or the command line's comma lists)."""
+
+    goodput: float | None
+    goodput_from: str | None
+    law: str | None
+    perf_from: str | os.PathLike[str] | None
+    tokens: float | None
+    budget_flops: float | None
+    geometry: str | None
+    parallel: str | None
+    experts: Sequence[int] | str
+    top_k: Sequence[int] | str
+    granularity: Sequence[float] | str
+    widths: Sequence[int] | str
+    micro_batch: Sequence[int] | str
+    aspect: float
+    max_sparsity: float | None
+    seq_len: int
+    vocab: int
+    batch_tokens: float
+    precision: str
+    draws: int
+    seed: int
+    sensitivity: bool
 
 
 def open(path: str | os.PathLike[str] | None = None) -> Ledger:  # noqa: A001 (ledger.open, like io.open)
@@ -159,19 +189,25 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------ analyses
     def compare(self, a: str | Ref, b: str | Ref, *, allow_task_change: bool = False, attribution: bool = True,
-                plugins: bool = True, alpha: float = 0.05, level: float = 0.95, n_boot: int = 2000, seed: int = 0,
-                noise: float | None = None) -> Comparison:
+                plugins: bool = True, replicates: bool = True, noise_floor: bool = True, alpha: float = 0.05,
+                level: float = 0.95, n_boot: int = 2000, seed: int = 0, noise: float | None = None) -> Comparison:
         """``ledger compare A B``: what changed by factor, every metric side by side with a CI and a verdict,
-        attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``."""
+        attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``; ``replicates``
+        (a one-receipt side takes the ledger's replicates of it) and ``noise_floor`` are `--no-replicates`
+        and `--no-floor` when False. The runs used are checked against their files first (a damaged one
+        raises :class:`ledger.errors.DamagedReceipt`)."""
         from ledger.analyses.compare import CompareOptions, Ref, compare
         from ledger.analyses.metrics import Settings
         from ledger.store import index
+        from ledger.store.agreement import check_involved
 
         sides = [Ref(ref=s) if isinstance(s, str) else s for s in (a, b)]
         options = CompareOptions(allow_task_change, Settings(alpha=alpha, level=level, n_boot=n_boot, seed=seed,
-                                                             noise=noise), attribution, plugins)
+                                                             noise=noise), attribution, plugins,
+                                 replicates=replicates, noise_floor=noise_floor)
         with index.reader(self.store) as con:
             result = compare(con, sides[0], sides[1], options)
+            check_involved(self.store, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
         return _with_to_json(result)
 
     def claim(self, a: str, b: str, *, at: str | None = None, replay_output: IO[bytes] | None = None
@@ -225,17 +261,17 @@ class Ledger:
 
         return PerfFitResult(api.fit_perf(self.store, where, hardware))
 
-    def plan(self, hardware: str, nodes: int, days: float, **options: Any) -> PlanOutcome:
+    def plan(self, hardware: str, nodes: int, days: float, **options: Unpack[PlanOptions]) -> PlanOutcome:
         """``ledger plan``: the cluster-optimal geometry and parallel plan for ``nodes`` nodes of ``hardware``
-        (a profile name or file) over ``days`` (:func:`ledger.planning.api.plan`). ``options`` are the fields
-        of :class:`ledger.planning.api.PlanRequest` (``goodput=0.85``, ``goodput_from="crashy-run"``,
-        ``law=...``, ``precision="fp8"``...); the grid options (``experts``, ``top_k``, ``granularity``,
-        ``widths``, ``micro_batch``) take sequences of numbers."""
+        (a profile name or file) over ``days`` (:func:`ledger.planning.api.plan`). ``options``:
+        :class:`PlanOptions` (``goodput=0.85``, ``goodput_from="crashy-run"``, ``law=...``,
+        ``precision="fp8"``, ``experts=(8, 16)``...)."""
         from ledger.planning import api
 
         grids = ("experts", "top_k", "granularity", "widths", "micro_batch")
+        given: dict[str, Any] = dict(options)
         fields: dict[str, Any] = {k: ",".join(f"{x:g}" for x in v) if k in grids and not isinstance(v, str) else v
-                  for k, v in options.items()}
+                                  for k, v in given.items()}
         if fields.get("perf_from") is not None:
             fields["perf_from"] = Path(fields["perf_from"])
         request = api.PlanRequest(hardware=hardware, nodes=nodes, days=days, **fields)
@@ -243,26 +279,42 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------- writing
     def ingest(self, kind: IngestKind, path: str | os.PathLike[str], *, name: str | None = None,
-               tags: Mapping[str, str] | None = None, **options: Any) -> Imported:
+               tags: Mapping[str, str] | None = None, args_from: str | os.PathLike[str] | None = None,
+               routing: str | os.PathLike[str] | None = None, system: str | os.PathLike[str] | None = None,
+               rules: Sequence[str | os.PathLike[str]] = (), config: str | os.PathLike[str] | None = None,
+               into: str | None = None, fmt: str = "auto", parse: str | None = None) -> Imported:
         """``ledger ingest KIND PATH``: evidence another tool wrote, published as an ``imported`` receipt.
-        ``options``: megatron ``args_from``, ``routing``; mlperf ``system``, ``rules``; golden ``config``;
-        trace ``into`` (a ref, required)."""
+        Options by kind: megatron ``args_from``, ``routing``; mlperf ``system``, ``rules``; golden ``config``;
+        trace ``into`` (the receipt the trace belongs to, required); log ``fmt`` (a format of `ledger ingest
+        log --format`), ``parse`` (a regex of named groups). An option another kind takes is refused."""
         from ledger.errors import BadInput
         from ledger.ingest import api
 
-        paths = {k: (Path(v) if isinstance(v, str | os.PathLike) else v) for k, v in options.items() if k != "into"}
+        given = {"args_from": args_from, "routing": routing, "system": system, "rules": tuple(rules) or None,
+                 "config": config, "into": into, "fmt": None if fmt == "auto" else fmt, "parse": parse}
+        takes = {"megatron": ("args_from", "routing"), "mlperf": ("system", "rules"), "golden": ("config",),
+                 "trace": ("into",), "log": ("fmt", "parse")}
+        if kind not in takes:
+            raise BadInput(f"unknown ingest kind {kind!r}: use {', '.join(takes)}")
+        stray = [k for k, v in given.items() if v is not None and k not in takes[kind]]
+        if stray:
+            raise BadInput(f"ingest({kind!r}, ...) takes no {', '.join(stray)}; it takes "
+                           f"{', '.join(takes[kind]) or 'no options'} (besides name and tags)")
+
+        def opt(value: str | os.PathLike[str] | None) -> Path | None:
+            return None if value is None else Path(value)
+
         if kind == "megatron":
-            return api.ingest_megatron(self.store, Path(path), name=name, tags=tags, **paths)
+            return api.ingest_megatron(self.store, Path(path), opt(args_from), name, opt(routing), tags)
         if kind == "mlperf":
-            rules = [Path(r) for r in options.get("rules", ())]
-            return api.ingest_mlperf(self.store, Path(path), paths.get("system"), rules, name=name, tags=tags)
+            return api.ingest_mlperf(self.store, Path(path), opt(system), [Path(r) for r in rules], name, tags)
         if kind == "golden":
-            return api.ingest_golden(self.store, Path(path), name=name, tags=tags, **paths)
-        if kind == "trace":
-            if "into" not in options:
-                raise BadInput("ingest('trace', ...) needs into=REF (the receipt the trace belongs to)")
-            return api.ingest_trace(self.store, Path(path), str(options["into"]), name=name)
-        raise BadInput(f"unknown ingest kind {kind!r}: use megatron, mlperf, golden or trace")
+            return api.ingest_golden(self.store, Path(path), opt(config), name, tags)
+        if kind == "log":
+            return api.ingest_log(self.store, Path(path), fmt, parse, name, tags)
+        if into is None:
+            raise BadInput("ingest('trace', ...) needs into=REF (the receipt the trace belongs to)")
+        return api.ingest_trace(self.store, Path(path), into, name=name)
 
     def record(self, command: Sequence[str], *, name: str | None = None, tags: Mapping[str, str] | None = None,
                attempt_of: str | None = None, replicates: str | None = None, baseline: str | None = None,
@@ -319,4 +371,4 @@ def _with_to_json(c: _Comparison) -> Comparison:
     return cast("Comparison", out)
 
 
-__all__ = ["Ledger", "LawFitResult", "PerfFitResult", "PlanOutcome", "group", "open"]
+__all__ = ["Ledger", "LawFitResult", "PerfFitResult", "PlanOptions", "PlanOutcome", "group", "open"]

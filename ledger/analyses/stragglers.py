@@ -29,13 +29,16 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas import NodeStack, Receipt
+
+if TYPE_CHECKING:
+    from ledger.analyses.goodput import Goodput
 
 THRESHOLD = 0.7
 """Scores below this name a straggler (nvidia-resiliency-ext's default thresholds)."""
@@ -175,7 +178,7 @@ def of_receipt(receipt_dir: Path, receipt: Receipt) -> Stragglers:
     return stragglers(load_timing(receipt_dir), receipt.stack.nodes)
 
 
-def straggler_bucket(goodput: Any, wait_s: float) -> Any:
+def straggler_bucket(goodput: Goodput, wait_s: float) -> Goodput:
     """A copy of a :class:`ledger.analyses.goodput.Goodput` with the time lost waiting on stragglers as a
     ``straggler_wait`` badput bucket; buckets + productive still add up to the wall time. ``wait_s``: the
     sum of :attr:`Stragglers.wait_s` over the run's attempts.

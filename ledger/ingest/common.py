@@ -31,6 +31,7 @@ from schemas.tables import TABLES
 
 if TYPE_CHECKING:
     from ledger.store.publish import Staged
+    from ledger.store.receipts import Ledger
 
 MAX_LISTED = 10
 """Line numbers listed in one problem message; the count is always complete."""
@@ -260,7 +261,7 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Receipt:
+def publish_evidence(ledger: Ledger, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Receipt:
     """Publish parsed evidence as an ``imported`` receipt and sync the index if its lock is free."""
     from ledger.redact import Redactor
     from ledger.store.index import try_sync
@@ -272,7 +273,7 @@ def publish_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[
     return receipt
 
 
-def stage_evidence(ledger: Any, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Staged:
+def stage_evidence(ledger: Ledger, ev: Evidence, name: str | None, tags: Mapping[str, str] | None = None) -> Staged:
     """Lay parsed evidence out as a staging directory, ready for :func:`ledger.store.publish.publish_many` (an
     import of many files publishes them in groups: :func:`publish_evidence` is one of them)."""
     from ledger.redact import Redactor

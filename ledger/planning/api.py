@@ -7,7 +7,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger.store.receipts import Ledger
 
 from ledger.errors import BadInput
 from ledger.planning.calibrate import PerfFit, held_out_phrase
@@ -56,7 +59,7 @@ def _with_skipped(exc: BadInput, matched: int, skipped: list[Skipped]) -> BadInp
     return type(exc)(f"{exc} ({matched} matched; {len(skipped)} skipped: {'; '.join(reasons[:3])})")
 
 
-def fit_law(ledger: Any, where: str | None = None, loss: str = "train", at_tokens: list[float] | None = None,
+def fit_law(ledger: Ledger, where: str | None = None, loss: str = "train", at_tokens: list[float] | None = None,
             *, bootstrap: int = 200, inits: int = 24, huber_delta: float | None = None, seed: int = 0) -> LawReport:
     """Fit the law on the receipts of ``ledger`` matching ``where``."""
     from ledger.planning.fitting import fit_law as run
@@ -74,7 +77,7 @@ def fit_law(ledger: Any, where: str | None = None, loss: str = "train", at_token
     return LawReport(fit, loss, list(at_tokens) if at_tokens else None, labels, skipped)
 
 
-def fit_perf(ledger: Any, where: str | None = None, hardware: str | None = None) -> PerfReport:
+def fit_perf(ledger: Ledger, where: str | None = None, hardware: str | None = None) -> PerfReport:
     """Calibrate the performance model on the receipts of ``ledger`` matching ``where``."""
     from ledger.planning import hardware as hwmod
     from ledger.planning.calibrate import fit_perf as run
@@ -158,7 +161,7 @@ def parse_parallel(text: str) -> dict[str, int]:
                   example="--parallel tp=2,pp=4")
 
 
-def plan(req: PlanRequest, ledger: Callable[[], Any] | None = None) -> PlanResult:
+def plan(req: PlanRequest, ledger: Callable[[], Ledger] | None = None) -> PlanResult:
     """Run `ledger plan`; ``ledger`` gives the ledger when the goodput is measured on its receipts."""
     from ledger.planning import hardware as hwmod
     from ledger.planning import law as lawmod

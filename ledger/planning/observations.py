@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,11 @@ from ledger.planning.fitting import Data
 from ledger.planning.geometry import Geometry
 from ledger.planning.hardware import Hardware, for_receipt
 from ledger.planning.perf import Plan
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from ledger.store.receipts import Ledger
 
 TRAIN_TAIL = 0.05
 """Share of the run's tokens over which the final training loss is averaged."""
@@ -46,7 +51,7 @@ def label(r: dict[str, Any]) -> str:
     return f"{r['name']} ({r['id'][:8]})" if r.get("name") else str(r["id"][:12])
 
 
-def select(con: Any, where: str | None) -> list[dict[str, Any]]:
+def select(con: duckdb.DuckDBPyConnection, where: str | None) -> list[dict[str, Any]]:
     """The indexed receipts matching ``--where`` (all when None), oldest first."""
     import json
 
@@ -122,7 +127,7 @@ def _at(tokens: np.ndarray, losses: np.ndarray, t: float, kind: str) -> float | 
     return float(np.interp(math.log(t), np.log(tokens), losses))
 
 
-def law_data(con: Any, receipts: Sequence[dict[str, Any]], loss: str = "train",
+def law_data(con: duckdb.DuckDBPyConnection, receipts: Sequence[dict[str, Any]], loss: str = "train",
              at_tokens: Sequence[float] | None = None) -> tuple[Data, list[str], list[str], list[Skipped]]:
     """Observations for :func:`ledger.planning.fitting.fit_law`, the label and the id of each receipt used,
     and the receipts skipped."""
@@ -268,7 +273,7 @@ def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Har
 
 
 # -------------------------------------------------------------------------------------------- goodput
-def goodput_from(ledger: Any, spec: str) -> tuple[float, str]:
+def goodput_from(ledger: Ledger, spec: str) -> tuple[float, str]:
     """Measured goodput of a logical run (REF: any attempt's id, prefix or name) or of a group
     (TAG=VALUE: productive time summed over its runs / their wall time summed). Returns (goodput, what)."""
     from ledger.analyses.goodput_index import goodput_of_run

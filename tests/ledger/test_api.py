@@ -4,6 +4,7 @@ loss of 1.1 against a gate of 1.2), never from the code under test."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,12 +15,13 @@ from typing import Any
 
 import pytest
 import scipy.stats
-from conftest import Runner, child_env
+from conftest import SHARED, Runner, child_env
 
 import ledger
 import ledger.api
 import ledger.sdk
-from ledger.errors import BadInput, LedgerError
+from ledger.errors import BadInput, DamagedReceipt, LedgerError
+from ledger.store.layout import receipt_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,6 +99,47 @@ def test_claim_is_a_library_call_and_the_cli_prints_it(ledger_cli: Runner, ledge
     assert json.loads(printed.stdout) == json.loads(json.dumps(stated.to_json()))
     with pytest.raises(BadInput, match="unknown scale dimension"):
         lg.claim("base", "fast", at="depth=2")
+
+
+@pytest.mark.slow
+def test_compare_checks_the_runs_against_their_files(tmp_path: Path) -> None:
+    """The facade's compare (which `ledger compare` calls) refuses a run whose table changed on disk."""
+    lg = ledger.open(tmp_path / "receipts")
+    _run(lg, "base", 1000.0, 0)
+    _run(lg, "fast", 1800.0, 0)
+    fast = lg.get("fast")
+    steps = receipt_dir(lg.root, fast.id) / "steps.parquet"
+    steps.chmod(0o644)
+    steps.write_bytes(steps.read_bytes()[:-8] + b"damaged!")
+    with pytest.raises(DamagedReceipt, match=f"{fast.id[:12]}.*steps.parquet"):
+        lg.compare("base", "fast", attribution=False, plugins=False)
+
+
+def test_ingest_takes_each_kinds_own_options(tmp_path: Path) -> None:
+    golden = SHARED / "fixtures" / "megatron_golden"
+    values = golden / "8experts2parallel_dist_optimizer__golden_values_dev_dgx_h100.json"
+    raw = json.loads(values.read_text())["lm loss"]["values"]  # the expected rows, read here from the file
+    lg = ledger.open(tmp_path / "receipts")
+    with pytest.raises(BadInput, match=r"ingest\('golden', ...\) takes no into, parse; it takes config"):
+        lg.ingest("golden", values, into="x", parse="(?P<step>\\d+)")
+    done = lg.ingest("golden", values, config=golden / "8experts2parallel_dist_optimizer__model_config.yaml",
+                     name="h100", tags={"ci": "golden"})
+    assert done.receipt.name == "h100" and done.receipt.status == "imported" and done.receipt.tags == {"ci": "golden"}
+    steps = lg.table("steps", refs=[done.receipt])
+    assert steps.column("step").to_pylist() == sorted(int(k) for k in raw)
+    assert steps.column("loss").to_pylist() == [raw[k] for k in sorted(raw, key=int)]
+    log = tmp_path / "train.out"
+    log.write_text("".join(f"it {i} loss={4.0 - i / 10:.1f}\n" for i in range(1, 6)))
+    parsed = lg.ingest("log", log, parse=r"it (?P<step>\d+) loss=(?P<loss>\S+)")
+    assert lg.table("steps", refs=[parsed.receipt]).column("loss").to_pylist() == [3.9, 3.8, 3.7, 3.6, 3.5]
+
+
+def test_plan_options_are_the_plan_request_fields() -> None:
+    """``Ledger.plan``'s typed options and `ledger plan`'s request name the same fields."""
+    from ledger.planning.api import PlanRequest
+
+    fields = {f.name for f in dataclasses.fields(PlanRequest)} - {"hardware", "nodes", "days"}
+    assert set(ledger.PlanOptions.__annotations__) == fields
 
 
 def test_recording_a_failing_block_publishes_a_failed_receipt(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger.cli.kit import echo_json, ledger_from, ledger_option
+from ledger.cli.kit import echo_json, facade_from, ledger_from, ledger_option
 from ledger.errors import BadInput
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,17 +74,23 @@ def _sides(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...]) -
     return [Ref(ref=next(r)) if kind == "ref" else Ref(group=next(g)) for kind in order]
 
 
-def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], allow_task_change: bool, alpha: float,
-         noise: float | None, n_boot: int, seed: int, no_replicates: bool, no_floor: bool, ledger_path: Path | None,
-         html_out: Path | None = None) -> Any:
+def _two(sides: list[Any]) -> tuple[Any, Any]:
+    if len(sides) != 2:
+        raise BadInput(f"give exactly two sides (refs or --group TAG=VALUE), got {len(sides)}; "
+                       "e.g. ledger compare baseline bf16")
+    return sides[0], sides[1]
+
+
+def _report(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], allow_task_change: bool,
+            alpha: float, noise: float | None, n_boot: int, seed: int, no_replicates: bool, no_floor: bool,
+            ledger_path: Path | None, html_out: Path) -> None:
+    """`ledger report`: the comparison (as the facade's, on one connection) and its HTML page, which reads
+    the sides' goodputs and tables from the same index."""
     from ledger.analyses.compare import CompareOptions, compare
     from ledger.analyses.metrics import Settings
     from ledger.store import index
 
-    sides = _sides(ctx, refs, groups)
-    if len(sides) != 2:
-        raise BadInput(f"give exactly two sides (refs or --group TAG=VALUE), got {len(sides)}; "
-                       "e.g. ledger compare baseline bf16")
+    sides = _two(_sides(ctx, refs, groups))
     options = CompareOptions(allow_task_change, Settings(alpha=alpha, n_boot=n_boot, seed=seed, noise=noise),
                              replicates=not no_replicates, noise_floor=not no_floor)
     from ledger.store.agreement import check_involved
@@ -93,16 +99,14 @@ def _run(ctx: click.Context, refs: tuple[str, ...], groups: tuple[str, ...], all
     with index.reader(ledger) as con:
         result = compare(con, sides[0], sides[1], options)
         check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
-        if html_out is not None:
-            from ledger.analyses.goodput_index import of_sides
-            from ledger.report.html import report as html_report
+        from ledger.analyses.goodput_index import of_sides
+        from ledger.report.html import report as html_report
 
-            page = html_report(con, result, of_sides(con, result))
-            try:
-                html_out.write_text(page, encoding="utf-8")
-            except OSError as exc:
-                raise BadInput(f"cannot write {html_out}: {exc.strerror or exc}") from exc
-    return result
+        page = html_report(con, result, of_sides(con, result))
+    try:
+        html_out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot write {html_out}: {exc.strerror or exc}") from exc
 
 
 def register(cli: click.Group) -> None:
@@ -131,12 +135,12 @@ def register(cli: click.Group) -> None:
         """
         if as_json and markdown:
             raise BadInput("choose one of --json and --markdown")
-        result = _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, no_replicates, no_floor,
-                      ledger_path)
+        side_a, side_b = _two(_sides(ctx, refs, groups))
+        result = facade_from(ctx, ledger_path).compare(side_a, side_b, allow_task_change=allow_task_change,
+                                                       replicates=not no_replicates, noise_floor=not no_floor,
+                                                       alpha=alpha, n_boot=n_boot, seed=seed, noise=noise)
         if as_json:
-            from ledger.analyses.compare import to_json
-
-            echo_json(to_json(result))
+            echo_json(result.to_json())
         elif markdown:
             from ledger.report.markdown import render as render_markdown
 
@@ -161,6 +165,6 @@ def register(cli: click.Group) -> None:
 
             ledger report baseline bf16 --html compare.html
         """
-        _run(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, no_replicates, no_floor, ledger_path,
-             html_out)
+        _report(ctx, refs, groups, allow_task_change, alpha, noise, n_boot, seed, no_replicates, no_floor, ledger_path,
+                html_out)
         click.echo(f"wrote {html_out}")
