@@ -23,7 +23,9 @@ Compare and attribution (``ledger compare``, ``ledger report``):
     curves           B - A along the matched range, and display smoothing, for plots
     groups           ``--group TAG=VALUE`` (the one resolver, also behind ``gate`` and ``plan --goodput-from``)
                      and the two sides of a comparison; replicate groups
-    metrics          metric providers (a registry) and the side-by-side statistics of each metric
+    metrics          what a metric and a provider are, the side-by-side statistics of each metric (the verdict
+                     engine), and the plugins found in the other modules
+    builtin_metrics  the seven families every comparison reports, and ``compare_all``
     goodput_compare  goodput and time-to-gate rows of ``compare`` (a ``METRICS`` / ``HEADLINES`` module)
     attribution      the ablation graph, paths, Shapley shares, confounded factor sets
     ablations        the missing ablation runs as ready-to-run commands
@@ -35,7 +37,7 @@ Any module of this package may contribute to ``compare`` without editing it: a m
 (a list of :class:`ledger.analyses.metrics.MetricProvider`) adds rows to the side-by-side table, and a
 module-level ``HEADLINES`` (a list of :class:`ledger.analyses.attribution.Headline`) adds a headline
 metric that attribution splits over factors (e.g. time to a quality gate). See
-:func:`ledger.analyses.metrics.providers` and :func:`ledger.analyses.attribution.headlines`.
+:func:`ledger.analyses.metrics.plugins` and :func:`ledger.analyses.attribution.headlines`.
 
 May import: ``schemas``, the core (``ledger.errors``, ``ledger.kv``, ``ledger.mfu``...), ``ledger.store``,
 ``ledger.record`` (telemetry facts), ``ledger.ingest``.

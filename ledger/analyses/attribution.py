@@ -41,9 +41,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses import matched, stats
+from ledger.analyses.builtin_metrics import tokens_per_s_per_device
 from ledger.analyses.evidence import Floor
 from ledger.analyses.groups import SEED, Catalog, Side
-from ledger.analyses.metrics import Direction, tokens_per_s_per_device
+from ledger.analyses.metrics import Direction
 from ledger.analyses.series import RunData
 from schemas.factors import CAUSAL_FACTORS
 

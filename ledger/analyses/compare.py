@@ -32,10 +32,11 @@ from ledger.analyses.attribution import (
     headlines,
     missing_nodes,
 )
+from ledger.analyses.builtin_metrics import compare_all
 from ledger.analyses.diff import FactorDiff, check_task, factor_diff
 from ledger.analyses.evidence import HARDWARE, Floor, commands_for_replicates, floor_groups, learn_floor, replicates_of
 from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
-from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, compare_all, plugins
+from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, plugins
 from ledger.analyses.nodes import node_differences
 from ledger.analyses.series import RunData, load_run, load_run_cached
 from ledger.jsonsafe import json_safe

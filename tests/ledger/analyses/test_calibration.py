@@ -29,14 +29,14 @@ import numpy as np
 import pytest
 from conftest import child_env
 
-from ledger.analyses import evidence, metrics, stats
+from ledger.analyses import builtin_metrics, evidence, metrics, stats
 
 HEADLINES = ("tokens/s per device", "step time (median)", "step time (p90)", "loss @ matched tokens")
 SETTINGS = metrics.Settings()
 
 
 def _metrics(a: Sequence[Any], b: Sequence[Any]) -> list[metrics.Metric]:
-    return [m for p in metrics.BUILTIN[:2] for m in p.build(a, b) if m.spec.name in HEADLINES]
+    return [m for p in builtin_metrics.BUILTIN[:2] for m in p.build(a, b) if m.spec.name in HEADLINES]
 
 
 def _judge(runs_a: Sequence[Any], runs_b: Sequence[Any], groups: Sequence[Sequence[Any]] = ()) -> dict[str, str]:

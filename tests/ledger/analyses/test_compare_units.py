@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ledger.analyses import evidence, matched, metrics
+from ledger.analyses import builtin_metrics, evidence, matched, metrics
 from ledger.analyses.ablations import override_factor
 from ledger.analyses.diff import Change, TaskMismatch, check_task, factor_diff, summarize_change
 from ledger.analyses.series import RunData
@@ -93,7 +93,7 @@ def test_curve_sorts_and_deduplicates() -> None:
 
 # -------------------------------------------------------------------------------------------- metrics
 def _row(name: str, a: RunData, b: RunData, **settings: Any) -> metrics.MetricRow:
-    rows = metrics.compare_all([a], [b], metrics.Settings(n_boot=500, **settings))
+    rows = builtin_metrics.compare_all([a], [b], metrics.Settings(n_boot=500, **settings))
     return next(r for r in rows if r.name == name)
 
 
@@ -116,7 +116,7 @@ def _replicates(centre: float, spread: list[float], first: int) -> list[RunData]
 def test_replicates_decide_with_a_t_test_between_runs() -> None:
     a = _replicates(0.10, [-0.02, 0.0, 0.02], 0)
     b = _replicates(0.12, [-0.02, 0.0, 0.02], 10)
-    rows = metrics.compare_all(a, b, metrics.Settings())
+    rows = builtin_metrics.compare_all(a, b, metrics.Settings())
     row = next(r for r in rows if r.name == "step time (median)")
     assert row.test == "t-test" and row.n == (3, 3) and row.df == 4 and row.verdict == "worse"
     # the same test by scipy on the per-run log values
@@ -132,10 +132,11 @@ def test_replicates_decide_with_a_t_test_between_runs() -> None:
 def test_a_significant_change_below_the_threshold_is_no_significant_difference() -> None:
     a = _replicates(0.100, [-0.001, 0.0, 0.001], 0)
     b = _replicates(0.102, [-0.001, 0.0, 0.001], 10)
-    row = next(r for r in metrics.compare_all(a, b, metrics.Settings()) if r.name == "step time (median)")
+    row = next(r for r in builtin_metrics.compare_all(a, b, metrics.Settings()) if r.name == "step time (median)")
     assert row.p_value is not None and row.p_value < 1e-4
     assert row.verdict == "no significant difference"  # 2% < the 5% threshold worth reporting
-    low = next(r for r in metrics.compare_all(a, b, metrics.Settings(noise=0.01)) if r.name == "step time (median)")
+    low = next(r for r in builtin_metrics.compare_all(a, b, metrics.Settings(noise=0.01))
+               if r.name == "step time (median)")
     assert low.verdict == "worse"
 
 
@@ -197,10 +198,10 @@ def test_routing_formulas_follow_the_definitions() -> None:
         "load_entropy": -(q * np.log(q)).sum() / np.log(4),
     }
     for what, value in expected.items():
-        got = metrics._routing_samples(r, what)
+        got = builtin_metrics._routing_samples(r, what)
         assert not isinstance(got, str)
         assert got.tolist() == pytest.approx([value])
-    assert metrics._routing_samples(r, "waste") == "no capacity (dropless routing)"
+    assert builtin_metrics._routing_samples(r, "waste") == "no capacity (dropless routing)"
 
 
 # ----------------------------------------------------------------------------------------------- peaks

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ledger.analyses import metrics
+from ledger.analyses import builtin_metrics, metrics
 from ledger.analyses.metrics import (
     MetricRow,
     Observation,
@@ -188,7 +188,7 @@ def test_a_paired_metric_learns_its_floor_from_each_group() -> None:
 
 # ------------------------------------------------------------------------------------ built-in metrics
 def test_the_built_in_metrics_and_how_they_are_judged() -> None:
-    specs = [m.spec for p in metrics.BUILTIN for m in p.build([], [])]
+    specs = [m.spec for p in builtin_metrics.BUILTIN for m in p.build([], [])]
     got = [(s.name, s.family, s.unit, s.direction, s.threshold, s.scale, s.statistic, s.deterministic) for s in specs]
     assert got == [
         ("tokens/s per device", "throughput", "tokens/s", "higher", 0.05, "ratio", "median", False),
@@ -223,7 +223,7 @@ def test_the_built_in_metrics_and_how_they_are_judged() -> None:
 def test_step_time_statistics_over_the_steady_steps() -> None:
     # 5 steps, the first is warm-up; the others 1, 1, 2, 4 (none an outlier): median 1.5, p90 3.4 (numpy's
     # linear rule: 2 + 0.7 x 2)
-    m = by_name(metrics._throughput_metrics([], []))
+    m = by_name(builtin_metrics._throughput_metrics([], []))
     run = rd(steps_of([9.0, 1.0, 1.0, 2.0, 4.0]))
     median = m["step time (median)"].observe(run)
     assert median.value == 1.5 and median.samples.tolist() == [1.0, 1.0, 2.0, 4.0] and median.reason is None
@@ -233,7 +233,7 @@ def test_step_time_statistics_over_the_steady_steps() -> None:
 
 
 def test_throughput_from_tokens_and_step_times_when_not_logged() -> None:
-    m = by_name(metrics._throughput_metrics([], []))["tokens/s per device"]
+    m = by_name(builtin_metrics._throughput_metrics([], []))["tokens/s per device"]
     # one step (no warm-up): 100 tokens from 0 in 0.5 s
     one = m.observe(rd(steps_of([0.5])))
     assert one.value == pytest.approx(200.0) and one.note == ""
@@ -248,7 +248,7 @@ def test_throughput_from_tokens_and_step_times_when_not_logged() -> None:
 
 
 def test_tflops_and_mfu_from_each_source() -> None:
-    m = by_name(metrics._throughput_metrics([], []))
+    m = by_name(builtin_metrics._throughput_metrics([], []))
     tflops, mfu = m["TFLOP/s per device"], m["MFU"]
     # FLOPs per token 6 x 1e6 + 12 x 2 x 64 x 128 = 6,196,608; 1e6 tokens/s -> 6.196608 TFLOP/s
     known = Workload(model=Architecture(layers=2, hidden=64, active_params=1_000_000), data=Data(sequence_length=128),
@@ -284,7 +284,7 @@ def test_evals_at_the_last_point_both_sides_ran() -> None:
                                                                   source="rare"),))))
     b = rd({}, rid="b" * 64, evals=[ev(100, 3.1), ev(200, 2.4), ev(200, 2.3), ev(300, 2.0),
                                     ev(100, 0.8, "rare", metric="accuracy")])
-    rows = {m.spec.name: m for m in metrics._eval_metrics([a], [b])}
+    rows = {m.spec.name: m for m in builtin_metrics._eval_metrics([a], [b])}
     assert list(rows) == ["eval val/all/loss", "eval val/rare/accuracy (rare)", "eval val/all/bleu_like"]
     loss = rows["eval val/all/loss"]
     # A's step-300 eval is NaN: the last step both ran is 200; B logged two there, the last counts
@@ -297,7 +297,7 @@ def test_evals_at_the_last_point_both_sides_ran() -> None:
     assert other.observe(b).reason == "no val/all/bleu_like eval"
     assert other.observe(a).reason == "the sides never evaluated at the same token count or step"
     tok = rd({}, evals=[ev(1, 3.0, tokens=1000), ev(2, 2.0, tokens=2000)])
-    tokens = metrics._eval_metrics([tok], [tok])[0]
+    tokens = builtin_metrics._eval_metrics([tok], [tok])[0]
     assert tokens.spec.note == "at the last eval both sides ran (tokens 2,000)" and tokens.observe(tok).value == 2.0
 
 
@@ -308,7 +308,7 @@ def test_evals_at_the_last_point_both_sides_ran() -> None:
 ])
 def test_which_eval_metrics_are_better_lower_or_higher(metric: str, direction: str) -> None:
     run = rd({}, evals=[{"step": 1, "tokens": None, "split": None, "source": None, "metric": metric, "value": 1.0}])
-    (got,) = metrics._eval_metrics([run], [run])
+    (got,) = builtin_metrics._eval_metrics([run], [run])
     assert got.spec.direction == direction and got.spec.statistic == "value" and got.spec.family == "evals"
     assert got.spec.name == f"eval all/all/{metric}" and got.spec.unit == metric
 
@@ -317,7 +317,7 @@ def test_timing_phases_after_warm_up() -> None:
     timing = {"attention": {"step": np.arange(1, 6), "seconds": np.array([9.0, 1.0, 2.0, NAN, 3.0])},
               "late": {"step": np.array([1]), "seconds": np.array([5.0])}}
     run = rd(steps_of([1.0] * 5), timing=timing)
-    phases = by_name(metrics._timing_metrics([run], [rd({})]))
+    phases = by_name(builtin_metrics._timing_metrics([run], [rd({})]))
     assert list(phases) == ["time: attention", "time: late"]
     got = phases["time: attention"].observe(run)  # steps 2.. (step 1 is warm-up), NaN left out
     assert got.value == 2.0 and got.samples.tolist() == [1.0, 2.0, 3.0]
@@ -330,7 +330,7 @@ def test_timing_phases_after_warm_up() -> None:
 
 
 def test_memory_and_energy_observations() -> None:
-    m = by_name(metrics._resource_metrics([], []))
+    m = by_name(builtin_metrics._resource_metrics([], []))
     device, host, energy, per_token = (m[k] for k in ("peak device memory", "peak host memory", "energy",
                                                       "energy per token"))
     gib = 2.0**30
@@ -360,7 +360,7 @@ def test_memory_and_energy_observations() -> None:
 
 
 def test_stability_counts() -> None:
-    m = by_name(metrics._stability_metrics([], []))
+    m = by_name(builtin_metrics._stability_metrics([], []))
     n = 30
     loss = np.full(n, 3.0)
     grad = np.ones(n)
@@ -409,7 +409,7 @@ def test_routing_metrics_observe_each_formula_after_warm_up() -> None:
     expected = {"load CV": n.std() / 128, "max/mean load": 156 / 128,
                 "load entropy": -(q * np.log(q)).sum() / np.log(4), "dropped tokens": 100 * 6 / 512,
                 "capacity waste": (600 - (512 - 6)) / 600, "router entropy": 0.9}
-    m = by_name(metrics._routing_metrics([], []))
+    m = by_name(builtin_metrics._routing_metrics([], []))
     assert list(m) == list(expected)
     for name, value in expected.items():
         got = m[name].observe(run)
@@ -425,15 +425,16 @@ def test_routing_metrics_observe_each_formula_after_warm_up() -> None:
 
 def test_timing_and_stability_specs() -> None:
     run = rd(steps_of([1.0]), timing={"attention": {"step": np.array([1]), "seconds": np.array([1.0])}})
-    (spec,) = [m.spec for m in metrics._timing_metrics([run], [run])]
+    (spec,) = [m.spec for m in builtin_metrics._timing_metrics([run], [run])]
     assert (spec.name, spec.family, spec.unit, spec.direction, spec.threshold, spec.statistic, spec.note) == (
         "time: attention", "timing", "s", "lower", 0.05, "median", "median per step after warm-up")
-    notes = {m.spec.name: m.spec.note for m in metrics._stability_metrics([], [])}
+    notes = {m.spec.name: m.spec.note for m in builtin_metrics._stability_metrics([], [])}
     assert notes == {"grad-norm spikes": "grad norm > 3x and > 6 robust SD above the previous block's median",
                      "loss spikes": "loss > 1.1x and > 6 robust SD above the previous block's median",
                      "NaN/inf or skipped steps": ""}
     # the spike blocks: 5% of the steps, at least 10 and at most 50
-    assert [metrics._spike_block(n) for n in (0, 219, 220, 999, 1000, 1039, 5000)] == [10, 10, 11, 49, 50, 50, 50]
+    blocks = [builtin_metrics._spike_block(n) for n in (0, 219, 220, 999, 1000, 1039, 5000)]
+    assert blocks == [10, 10, 11, 49, 50, 50, 50]
 
 
 def test_a_p_value_equal_to_alpha_is_not_significant() -> None:
