@@ -75,16 +75,16 @@ class Arrow:
 def imports_of(source: str, importer: str, is_package: bool) -> list[Arrow]:
     """Every import statement of a module (module level and inside functions), as absolute names.
     ``from ledger import __version__`` names the core (the version lives in the package's light door)."""
-    tree = ast.parse(source)
+    nodes = list(ast.walk(ast.parse(source)))  # walked once: the suite parses every module of the tree
     arrows: list[Arrow] = []
-    function_lines = {n.lineno: n.end_lineno or n.lineno for n in ast.walk(tree)
+    function_lines = {n.lineno: n.end_lineno or n.lineno for n in nodes
                       if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                       or (isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")}
 
     def lazy(line: int) -> bool:
         return any(start < line <= end for start, end in function_lines.items())
 
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             arrows += [Arrow(importer, alias.name, node.lineno, lazy(node.lineno)) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
