@@ -48,6 +48,17 @@ def pairs(items: Iterable[str], option: str, *, example: str | None = None) -> d
 _KINDS = {"int": "an integer", "float": "a number"}
 
 
+def recorded(items: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings a receipt recorded (a launch's ``--set`` overrides) as a mapping, each read as
+    :func:`pair` reads it; an item that is not one was never an override and is left out (a later key wins)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
 def listed(text: str, option: str, keys: Collection[str] | None = None, *,
            convert: Callable[[str], T] = str,  # type: ignore[assignment]
            example: str | None = None) -> dict[str, T]:

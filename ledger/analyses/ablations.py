@@ -23,6 +23,7 @@ from typing import Any
 
 from ledger.analyses.diff import Change, diff_leaves
 from ledger.analyses.groups import Catalog, Entry
+from ledger.kv import recorded
 from schemas import Factor, leaves
 
 _FACTORS = {path: factor.value for path, factor in leaves()}
@@ -53,11 +54,7 @@ class MissingRun:
 
 def _overrides(entry: Entry) -> dict[str, str]:
     launch = entry.data.get("workload", {}).get("launch", {}) or {}
-    out: dict[str, str] = {}
-    for item in launch.get("overrides") or ():
-        key, _, value = str(item).partition("=")
-        out[key.strip()] = value.strip()
-    return out
+    return recorded(str(item) for item in launch.get("overrides") or ())
 
 
 def _launch(entry: Entry) -> tuple[str | None, str | None]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ledger.errors import BadInput
-from ledger.kv import pairs
+from ledger.kv import pairs, recorded
 from ledger.replay.scale import ScaleChange
 from ledger.store.receipts import Ledger
 from schemas import Factor, Receipt, Stack, factor_of, flatten
@@ -49,7 +49,7 @@ def rebuild_command(receipt: Receipt, sets: Sequence[str] = (), scale: Sequence[
         raise BadInput(f"receipt {receipt.id[:12]} was imported from evidence ({kind}); there is no launch to rebuild")
     launch = receipt.workload.launch
     if launch.runner == RUNNER and launch.config:
-        overrides = dict(o.split("=", 1) for o in launch.overrides if "=" in o)
+        overrides = recorded(launch.overrides)
         overrides.update(pairs(sets, "--set"))
         current = _current_values(receipt) | {k: float(v) for k, v in overrides.items() if _is_number(v)}
         for change in scale:

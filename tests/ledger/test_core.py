@@ -12,7 +12,7 @@ import pytest
 
 from ledger.errors import BadInput
 from ledger.jsonsafe import json_safe
-from ledger.kv import listed, pair, pairs
+from ledger.kv import listed, pair, pairs, recorded
 from ledger.mfu import PEAK_TFLOPS, model_flops_per_token, peak_flops, peak_flops_of
 
 
@@ -63,3 +63,10 @@ def test_model_flops_per_token_by_hand() -> None:
     assert model_flops_per_token(1_000_000, 2, 64, 128) == 6_196_608.0
     out = model_flops_per_token(np.array([1e6, 2e6]), 2, 64, 128)
     assert list(out) == [6_196_608.0, 12_196_608.0]
+
+
+def test_recorded_overrides_read_as_the_options_were() -> None:
+    """A launch's recorded ``--set`` overrides (rerun and the missing-run commands read them the same way):
+    split at the first ``=``, values kept as written, a later key wins, what is not KEY=VALUE left out."""
+    items = ["steps=8", "lr=1e-3", "name=a=b", "flag", "=orphan", "steps=16", "note= spaced "]
+    assert recorded(items) == {"steps": "16", "lr": "1e-3", "name": "a=b", "note": " spaced "}
