@@ -27,11 +27,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.ingest.arguments import capture_arguments
 from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
+
+if TYPE_CHECKING:
+    from ledger.redact import Redactor
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at
@@ -79,7 +82,7 @@ def check(parse: str | None) -> None:
         compile_pattern(parse)
 
 
-def start(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Any) -> None:
+def start(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Redactor) -> None:
     """Write ``arguments.json`` (the launch's configuration, redacted) and the config part of
     ``capture.json``."""
     try:

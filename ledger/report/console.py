@@ -18,6 +18,7 @@ from ledger.report.safe import markup, terminal
 if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models, nor Arrow
     import pyarrow as pa
 
+    from ledger.analyses.stragglers import Stragglers
     from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
@@ -192,7 +193,7 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Any) -> None:
+def nodes_and_stragglers(r: Receipt, differences: list[tuple[Any, str]], s: Stragglers | None) -> None:
     """`ledger show`, after the receipt: every node's stack, differences between nodes, rank and node scores
     (``s``: :class:`ledger.analyses.stragglers.Stragglers`) and the time lost waiting on slower ranks."""
     if r.stack.nodes:

@@ -12,7 +12,7 @@ from rich.table import Table
 from ledger.planning.api import LawReport, PerfReport
 from ledger.planning.calibrate import held_out_phrase
 from ledger.planning.law import FORM, PARAMS
-from ledger.planning.plan import PlanResult
+from ledger.planning.plan import Choice, PlanResult
 from ledger.planning.ranks import ranks
 from ledger.report.console import console
 
@@ -120,11 +120,11 @@ def render_plan(r: PlanResult, plot: Path | None = None) -> None:
     table.add_column("compute-optimal", justify="right")
     a, b = r.cluster_optimal, r.compute_optimal
 
-    def geo(c: Any) -> str:
+    def geo(c: Choice) -> str:
         g = c.geometry
         return f"{g['layers']} x {g['hidden']}, E={g['experts']}, k={g['top_k']}, G={g['granularity']:g}"
 
-    def par(c: Any) -> str:
+    def par(c: Choice) -> str:
         p = c.plan
         return (f"tp={p['tp']} pp={p['pp']} ep={p['ep']} dp={p['dp']} mb={p['micro_batch']} "
                 f"recompute={p['recompute']}")

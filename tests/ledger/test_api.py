@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import polars
 import pytest
 import scipy.stats
 from conftest import SHARED, Runner, child_env
@@ -48,6 +49,9 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [r.name for r in runs] == ["bf16"] and runs[0].workload.precision.compute == "bf16"
     steps = ns["steps"]
     assert steps.num_rows == 40 and set(steps.column("receipt_id").to_pylist()) == {runs[0].id}
+    # Arrow, as the user likes it: pandas (through arch, a core dependency) or polars (the dev extra)
+    assert steps.to_pandas()["loss"].tolist() == steps.column("loss").to_pylist()
+    assert polars.from_arrow(steps).get_column("tokens").to_list() == [4096 * s for s in range(1, 41)]
     assert ns["speed"]["a"] == 1000.0 and ns["speed"]["ratio"] == pytest.approx(1.8)
     json.dumps(ns["result"].to_json(), allow_nan=False)
     good = ns["good"]
