@@ -6,6 +6,8 @@ closely; `--json` is what `ledger plan --law-from` reads, and the text output sa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers import LedgerAt
 
@@ -68,3 +70,14 @@ def test_fit_law_succeeds_and_reports_support_and_held_out_error(led: LedgerAt) 
     assert out["samples"] and len(out["samples"]) <= 20  # the bootstrap vectors `plan --law-from` resamples
     text = led("fit", "law", "--where", "tag.sweep=law", "--at-tokens", AT, "--bootstrap", "0", "--inits", "8").stdout
     assert "N_tot" in text and "held-out" in text.lower()
+
+
+def test_the_python_api_fits_what_the_command_fits(led: LedgerAt) -> None:
+    """``ledger.open(dir).fit_law(...)`` is the call `ledger fit law` makes: the same fit, the same JSON."""
+    from ledger.jsonsafe import json_safe
+
+    fit = ledger.open(led.dir).fit_law(where="tag.sweep=law", at_tokens=[float(t) for t in AT.split(",")],
+                                       bootstrap=0, inits=8)
+    assert fit.report.fit.n_receipts == len(DESIGN)
+    cli = led.json("fit", "law", "--where", "tag.sweep=law", "--at-tokens", AT, "--bootstrap", "0", "--inits", "8")
+    assert json.loads(json.dumps(json_safe(fit.to_json()), default=str)) == cli
