@@ -23,6 +23,9 @@ from schemas.receipt import Links, QualityGate, Task, Workload
 T0 = 1_700_000_000.0
 A1, A2 = "a" * 64, "b" * 64
 TASK = Task(dataset="synthetic", quality_gates=(QualityGate(name="val-loss", metric="loss", threshold=3.5),))
+VAL_GATE = QualityGate(name="val-loss", metric="loss", threshold=3.5, direction="min", split="val")
+"""The gate of the gates tests: val loss at most 3.5, on evals of the ``val`` split."""
+VAL_TASK = Task(dataset="synthetic", quality_gates=(VAL_GATE,))
 
 
 def receipt(rid: str, attempt: int, start: float | None, end: float | None, status: str = "succeeded",
@@ -40,6 +43,12 @@ def receipt(rid: str, attempt: int, start: float | None, end: float | None, stat
         links=Links(attempt_of=None if attempt == 1 else A1),
         **extra,
     )
+
+
+def val_receipt(rid: str, attempt: int, start: float, end: float, status: str = "succeeded",
+                **extra: Any) -> Receipt:
+    """``receipt`` of a run whose task has the gate ``VAL_GATE``."""
+    return receipt(rid, attempt, start, end, status, task=VAL_TASK, **extra)
 
 
 def table(schema: pa.Schema, rows: list[dict[str, Any]], rid: bool = True) -> pa.Table:

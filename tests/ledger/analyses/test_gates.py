@@ -14,10 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import hand_runs
 import pyarrow as pa
 import pytest
 from hand_runs import A1, A2, T0, table
+from hand_runs import VAL_GATE as GATE
+from hand_runs import VAL_TASK as TASK
+from hand_runs import val_receipt as receipt
 
 from ledger.analyses.gate_spec import parse_gate, select_gates
 from ledger.analyses.gates import Cost, GateResult, gate_result, run_cost, summarise
@@ -36,13 +38,6 @@ from schemas.receipt import (
     Workload,
 )
 from schemas.tables import EVALS, EVENTS, STEPS, TELEMETRY
-
-GATE = QualityGate(name="val-loss", metric="loss", threshold=3.5, direction="min", split="val")
-TASK = Task(dataset="synthetic", quality_gates=(GATE,))
-
-
-def receipt(rid: str, attempt: int, start: float, end: float, status: str = "succeeded", **extra: Any) -> Receipt:
-    return hand_runs.receipt(rid, attempt, start, end, status, task=TASK, **extra)
 
 
 def steps() -> pa.Table:
