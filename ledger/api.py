@@ -160,16 +160,20 @@ class Ledger:
                 plugins: bool = True, alpha: float = 0.05, level: float = 0.95, n_boot: int = 2000, seed: int = 0,
                 noise: float | None = None) -> Comparison:
         """``ledger compare A B``: what changed by factor, every metric side by side with a CI and a verdict,
-        attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``."""
+        attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``. As the CLI
+        does, it first checks that the receipts compared are intact and that the index holds exactly their
+        files' data (:class:`ledger.errors.DamagedReceipt` otherwise)."""
         from ledger.analyses.compare import CompareOptions, Ref, compare
         from ledger.analyses.metrics import Settings
         from ledger.store import index
+        from ledger.store.agreement import check_involved
 
         sides = [Ref(ref=s) if isinstance(s, str) else s for s in (a, b)]
         options = CompareOptions(allow_task_change, Settings(alpha=alpha, level=level, n_boot=n_boot, seed=seed,
                                                              noise=noise), attribution, plugins)
         with index.reader(self.store) as con:
             result = compare(con, sides[0], sides[1], options)
+            check_involved(self.store, con, [r.id for r in result.runs_a + result.runs_b])
         return _with_to_json(result)
 
     def goodput(self, ref: str) -> Goodput:
