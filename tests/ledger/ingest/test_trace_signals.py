@@ -131,6 +131,7 @@ def test_gpu_idle_when_the_gpu_lags_the_cpu(tmp_path: Path) -> None:
     ("void mori::moe::EpDispatchInterNodeV1Kernel<__hip_bfloat16>(mori::moe::EpDispatchCombineArgs)", "mori"),
     ("void hybrid_ep::dispatch_kernel<1>(int)", "hybrid-ep"),
     ("nvshmemi_transfer_rma_kernel", "nvshmem"),
+    ("ibgda_send_recv_kernel(P2pIbgdaTransportDevice*, char*, char*, unsigned long)", "nvshmem"),  # IBGDA
     ("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", "nccl"),
     ("userbuffers_fp16_sum_inplace_gpu_rw", "userbuffers"),
     ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>()", "custom-allreduce"),
