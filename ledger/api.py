@@ -194,8 +194,9 @@ class Ledger:
         """``ledger compare A B``: what changed by factor, every metric side by side with a CI and a verdict,
         attribution and the missing runs. A side is a ref or :func:`group` ``("TAG=VALUE")``; ``replicates``
         (a one-receipt side takes the ledger's replicates of it) and ``noise_floor`` are `--no-replicates`
-        and `--no-floor` when False. The runs used are checked against their files first (a damaged one
-        raises :class:`ledger.errors.DamagedReceipt`)."""
+        and `--no-floor` when False. As the CLI does (it calls this), it first checks that the receipts
+        compared are intact and that the index holds exactly their files' data
+        (:class:`ledger.errors.DamagedReceipt` otherwise)."""
         from ledger.analyses.compare import CompareOptions, Ref, compare
         from ledger.analyses.metrics import Settings
         from ledger.store import index

@@ -65,7 +65,8 @@ def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path |
     if not log.iteration_lines and not log.args and not log.evals:
         raise WrongKind(f"{path}: expected a Megatron-LM log (iteration lines or an argument dump), found "
                         f"{describe(path)}" + (f"; {len(log.issues.unparsed)} line(s) looked like Megatron output "
-                                               "but did not parse" if log.issues.unparsed else ""))
+                                               "but did not parse" if log.issues.unparsed else "")
+                        + "; a log of another trainer is read by `ledger ingest log FILE` (or --parse REGEX)")
     args = merge_args(extra, log.args)
     tables = log.tables(args)
     directory = routing if routing is not None else path.parent / "tokens_per_expert"

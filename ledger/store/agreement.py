@@ -5,18 +5,29 @@ its Parquet file — same count, same per-column sums of DuckDB's ``hash`` (a ch
 a changed, added or removed row changes it). For the ledger: each receipt the index lists as damaged really
 is, and every receipt on disk is in the index. ``compare`` and ``report`` run :func:`check_involved` on the
 receipts they read (files and index, two receipts: cheap); ``ledger verify`` runs :func:`index_findings` on all.
+
+A file's side of the check depends on its bytes only, and the bytes of an intact receipt are those its
+``sha256`` names (:func:`ledger.store.integrity.verify_receipt` checks that first). So the file side is
+computed once per file and kept in ``.cache/fingerprints/``, keyed by the sha256, the table's columns and
+DuckDB's version (whose ``hash`` it is): a 58 x 256 routing table of 10,000 steps is 148 million values to
+hash, and a second compare of the same receipts hashes only the index's side. The index's side is never
+cached: it is what is being checked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
 
 from ledger.errors import DamagedReceipt, LedgerError
-from ledger.store.layout import INDEX
+from ledger.store.layout import CACHE, INDEX
 from ledger.store.receipts import Ledger, parse_receipt
 
 if TYPE_CHECKING:  # `ledger ls` runs listing_findings and must not load Arrow or the models
@@ -30,8 +41,39 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, source: str, params: list[objec
     return tuple(row or ())
 
 
+FINGERPRINTS = "fingerprints"
+"""The cache directory of file fingerprints, under the ledger's ``.cache``."""
+
+
+def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnection, source: str, path: Path,
+                        columns: list[str]) -> tuple[object, ...]:
+    """:func:`_fingerprint` of one table file whose bytes hash to ``sha256`` (verified by the caller), from
+    the cache when it holds it; computed and stored otherwise. A cache that cannot be read or written
+    (read-only ledger, a torn file) is recomputed, never trusted or fatal."""
+    shape = hashlib.sha256(f"{source}|{','.join(columns)}".encode()).hexdigest()[:16]
+    key = f"{sha256}-{shape}-duckdb-{duckdb.__version__}.json"
+    cache = ledger.root / CACHE / FINGERPRINTS / key
+    try:
+        stored = json.loads(cache.read_text(encoding="utf-8"))
+        if isinstance(stored, list) and len(stored) == len(columns) + 1:
+            return tuple(stored)
+    except (OSError, ValueError):
+        pass
+    fingerprint = _fingerprint(con, source, [str(path)], columns)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{key}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(list(fingerprint)), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return fingerprint
+
+
 def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
-    """Where the index disagrees with one intact receipt's files (its summary row, each metric table)."""
+    """Where the index disagrees with one intact receipt's files (its summary row, each metric table). The
+    files must have been verified against their digests (:func:`ledger.store.integrity.verify_receipt`): the
+    file side of each table is taken from the cache by the digest the receipt records."""
     from ledger.store.integrity import Finding
     from ledger.store.routing import parquet_source
     from schemas.tables import TABLES
@@ -63,7 +105,7 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             else:
                 path = ledger.path(receipt_id) / artifact.path
                 source = parquet_source(path) if name == "routing" else "read_parquet(?)"
-                truth = _fingerprint(files, source, [str(path)], columns)
+                truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
                                         f"{truth[0]} in {name}.parquet"

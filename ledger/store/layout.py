@@ -13,6 +13,8 @@ Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
       .tmp-<uuid>/            a receipt being assembled; renamed into place atomically
       index.duckdb            derived index (rebuildable with `ledger reindex`)
       index.readers           locked by readers of the index (publishers give way to them)
+      .cache/fingerprints/    what each immutable table file holds, keyed by its sha256 (a cache: deleting
+                              it only costs the time to recompute; see ledger.store.agreement)
 
 Staging directory of one run::
 
@@ -50,6 +52,7 @@ ENV_RUN_ATTEMPT = "LEDGER_ATTEMPT"
 STAGING = ".staging"
 TMP_PREFIX = ".tmp-"
 INDEX = "index.duckdb"
+CACHE = ".cache"
 RECEIPT_FILE = "receipt.json"
 LOG_FILE = "output.log"
 WRAPPER_FILE = "wrapper.json"

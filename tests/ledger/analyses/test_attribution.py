@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
+from hand_runs import Fixed, Run
 
 from ledger.analyses.attribution import (
     Lattice,
-    NodeValues,
     attribute,
     longest_paths,
     missing_nodes,
-    node_values,
     shapley,
 )
 from ledger.analyses.evidence import Floor
@@ -24,24 +21,6 @@ from ledger.analyses.evidence import Floor
 E: frozenset[str] = frozenset()
 X, Y, Z = frozenset({"code"}), frozenset({"precision"}), frozenset({"router"})
 XY = X | Y
-
-
-@dataclass(frozen=True)
-class Run:
-    id: str
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """A headline whose per-run log values are given by run id."""
-
-    values_by_id: Mapping[str, float]
-    name: str = "fixed"
-    metric: str = "fixed"
-    direction: Any = "higher"
-
-    def values(self, nodes: Sequence[Sequence[Any]]) -> NodeValues:
-        return node_values([[self.values_by_id[r.id] for r in runs] for runs in nodes], "fixed")
 
 
 def lattice(nodes: Mapping[frozenset[str], str | tuple[str, ...]],

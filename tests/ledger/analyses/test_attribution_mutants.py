@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pytest
+from hand_runs import Fixed, Run
 
 from ledger.analyses.attribution import (
     Lattice,
     LossAtTokens,
-    NodeValues,
     Throughput,
     _noise,
     attribute,
@@ -28,24 +26,6 @@ from schemas.receipt import Parallelism, Receipt, Workload
 
 E: frozenset[str] = frozenset()
 CODE, PREC, ROUTER = frozenset({"code"}), frozenset({"precision"}), frozenset({"router"})
-
-
-@dataclass(frozen=True)
-class Run:
-    id: str
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """A headline whose per-run log values are given by run id."""
-
-    values_by_id: Mapping[str, float]
-    name: str = "fixed"
-    metric: str = "fixed metric"
-    direction: Any = "higher"
-
-    def values(self, nodes: Sequence[Sequence[Any]]) -> NodeValues:
-        return node_values([[self.values_by_id[r.id] for r in runs] for runs in nodes], "fixed note")
 
 
 def data(tokens_per_s: float, loss: Sequence[float] | None = None, world: int | None = None, n: int = 10,

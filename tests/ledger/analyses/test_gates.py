@@ -16,6 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hand_runs import A1, A2, T0, table
+from hand_runs import VAL_GATE as GATE
+from hand_runs import VAL_TASK as TASK
+from hand_runs import val_receipt as receipt
 
 from ledger.analyses.gate_spec import parse_gate, select_gates
 from ledger.analyses.gates import Cost, GateResult, gate_result, run_cost, summarise
@@ -26,7 +30,6 @@ from schemas import Receipt
 from schemas.receipt import (
     Hardware,
     Launcher,
-    Links,
     Parallelism,
     QualityGate,
     Stack,
@@ -35,31 +38,6 @@ from schemas.receipt import (
     Workload,
 )
 from schemas.tables import EVALS, EVENTS, STEPS, TELEMETRY
-
-T0 = 1_700_000_000.0
-A1, A2 = "a" * 64, "b" * 64
-GATE = QualityGate(name="val-loss", metric="loss", threshold=3.5, direction="min", split="val")
-TASK = Task(dataset="synthetic", quality_gates=(GATE,))
-
-
-def receipt(rid: str, attempt: int, start: float, end: float, status: str = "succeeded", **extra: Any) -> Receipt:
-    extra.setdefault("workload", Workload(task=TASK))
-    return Receipt(
-        id=rid,
-        run_uuid=rid[:32],
-        name="hand",
-        status=status,  # type: ignore[arg-type]
-        started_at=datetime.fromtimestamp(T0 + start, UTC),
-        ended_at=datetime.fromtimestamp(T0 + end, UTC),
-        attempt=attempt,
-        links=Links(attempt_of=None if attempt == 1 else A1),
-        **extra,
-    )
-
-
-def table(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
-    full = pa.schema([pa.field("receipt_id", pa.string()), *schema])
-    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in full} for r in rows], schema=full)
 
 
 def steps() -> pa.Table:

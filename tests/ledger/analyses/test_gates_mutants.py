@@ -11,6 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hand_runs import A1, A2, T0, table
+from hand_runs import VAL_GATE as GATE
+from hand_runs import VAL_TASK as TASK
+from hand_runs import val_receipt as receipt
 
 from ledger.analyses.gates import (
     Cost,
@@ -27,24 +31,8 @@ from ledger.analyses.pricing import Pricing, load_pricing
 from ledger.errors import BadInput
 from ledger.store.receipts import Ledger
 from schemas import Receipt
-from schemas.receipt import Links, QualityGate, Task, Workload
+from schemas.receipt import Task, Workload
 from schemas.tables import EVALS, EVENTS, STEPS, TELEMETRY
-
-T0 = 1_700_000_000.0
-A1, A2 = "a" * 64, "b" * 64
-GATE = QualityGate(name="val-loss", metric="loss", threshold=3.5, direction="min", split="val")
-TASK = Task(dataset="synthetic", quality_gates=(GATE,))
-
-
-def receipt(rid: str, attempt: int, start: float, end: float) -> Receipt:
-    return Receipt(id=rid, run_uuid=rid[:32], name="hand", status="succeeded",
-                   started_at=datetime.fromtimestamp(T0 + start, UTC), ended_at=datetime.fromtimestamp(T0 + end, UTC),
-                   attempt=attempt, links=Links(attempt_of=None if attempt == 1 else A1), workload=Workload(task=TASK))
-
-
-def table(schema: pa.Schema, rows: list[dict[str, Any]], rid: bool = True) -> pa.Table:
-    full = pa.schema([pa.field("receipt_id", pa.string()), *schema]) if rid else schema
-    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in full} for r in rows], schema=full)
 
 
 def steps(rows: list[tuple[str, int, float]], dt: float, rid: bool = True) -> pa.Table:

@@ -17,71 +17,28 @@ The scenario (seconds from the first attempt's start; every step takes 0.8 s and
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hand_runs import A1, A2, T0, TASK, ev, receipt, scenario_events, table
 
 from ledger.analyses.goodput import BUCKETS, compute
 from ledger.errors import BadInput
 from ledger.report.goodput import timeline_svg
 from schemas import Receipt
-from schemas.receipt import Links, QualityGate, Task, Workload
+from schemas.receipt import Task
 from schemas.tables import EVENTS, STEPS, TIMING
 
-T0 = 1_700_000_000.0
-A1, A2, A3 = "a" * 64, "b" * 64, "c" * 64
-TASK = Task(dataset="synthetic", quality_gates=(QualityGate(name="val-loss", metric="loss", threshold=3.5),))
-
-
-def receipt(rid: str, attempt: int, start: float, end: float, status: str = "succeeded", task: Task = TASK,
-            **extra: Any) -> Receipt:
-    return Receipt(
-        id=rid,
-        run_uuid=rid[:32],
-        name="hand",
-        status=status,  # type: ignore[arg-type]
-        started_at=datetime.fromtimestamp(T0 + start, UTC),
-        ended_at=datetime.fromtimestamp(T0 + end, UTC),
-        attempt=attempt,
-        links=Links(attempt_of=None if attempt == 1 else A1),
-        workload=Workload(task=task),
-        **extra,
-    )
-
-
-def table(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
-    full = pa.schema([pa.field("receipt_id", pa.string()), *schema])
-    return pa.Table.from_pylist([{f.name: r.get(f.name) for f in full} for r in rows], schema=full)
-
-
+A3 = "c" * 64
 def step_rows(rid: str, steps: range, first_end: float, dt: float = 0.8, tokens: int = 100,
               **extra: Any) -> list[dict[str, Any]]:
     return [
         {"receipt_id": rid, "rank": 0, "step": s, "time": T0 + first_end + i, "step_time_s": dt,
          "tokens": s * tokens, **extra}
         for i, s in enumerate(steps)
-    ]
-
-
-def ev(rid: str, t: float, kind: str, step: int | None = None, rank: int = 0, detail: Any = None) -> dict[str, Any]:
-    return {"receipt_id": rid, "rank": rank, "time": T0 + t, "kind": kind, "step": step,
-            "detail": None if detail is None else json.dumps(detail)}
-
-
-def scenario_events() -> list[dict[str, Any]]:
-    return [
-        ev(A1, 0.5, "init_start"), ev(A1, 3.0, "init_end", 0),
-        ev(A1, 6.0, "eval_start", 3), ev(A1, 6.2, "eval_end", 3),
-        ev(A1, 7.0, "checkpoint_save_start", 4), ev(A1, 7.2, "checkpoint_save_end", 4),
-        ev(A1, 9.5, "failure", 7),
-        ev(A2, 12.5, "init_start"), ev(A2, 14.0, "checkpoint_restore_start"),
-        ev(A2, 15.0, "checkpoint_restore_end", 4), ev(A2, 15.0, "init_end", 4),
-        ev(A2, 19.0, "checkpoint_save_start", 8), ev(A2, 19.5, "checkpoint_save_end", 8),
     ]
 
 

@@ -160,3 +160,24 @@ def test_layer_patterns_are_read_never_evaluated() -> None:
     assert layer_pattern(2 * "[1]*3+") is None  # not an expression
     for text in ('__import__("os").getpid()', "([0]*3+[2]*2)", "[1]*10**9", "[1]*99999"):
         assert layer_pattern(text) is None
+
+
+def test_tokens_and_parallelism_from_a_synthetic_config(tmp_path: Path) -> None:
+    """Rule 6 without the shared fixtures: 128 tokens x global batch 4 = 512 tokens a step, counted by hand."""
+    values = tmp_path / "golden_values_dev_dgx_h100.json"
+    values.write_text(json.dumps({
+        "lm loss": {"start_step": 1, "end_step": 3, "step_interval": 1, "values": {"1": 10.0, "2": 9.5, "3": 9.0}},
+        "iteration-time": {"start_step": 1, "end_step": 3, "step_interval": 1,
+                           "values": {"1": 0.5, "2": 0.25, "3": "nan"}}}))
+    config = tmp_path / "model_config.yaml"
+    config.write_text("ENV_VARS:\n  NCCL_ALGO: Ring\nMODEL_ARGS:\n  --num-layers: 2\n  --hidden-size: 64\n"
+                      "  --num-attention-heads: 4\n  --seq-length: 128\n  --global-batch-size: 4\n"
+                      "  --micro-batch-size: 2\n  --tensor-model-parallel-size: 2\n"
+                      "  --expert-model-parallel-size:\n    2\n  --num-experts: 4\n  --moe-router-topk: 2\n")
+    ev = golden.evidence(values, config)
+    rows = ev.tables["steps"].to_pylist()
+    assert [(r["step"], r["tokens"], r["global_batch"]) for r in rows] == [(1, 512, 4), (2, 1024, 4), (3, 1536, 4)]
+    assert [r["tokens_per_s"] for r in rows] == [1024.0, 2048.0, None]  # 512 / 0.5, 512 / 0.25, nan: none
+    w = ev.workload
+    assert w is not None and (w.parallelism.tp, w.parallelism.ep, w.batch.tokens_per_step) == (2, 2, 512)
+    assert (w.model.num_experts, w.model.top_k) == (4, 2)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from ledger.ingest import trace
@@ -129,6 +131,7 @@ def test_gpu_idle_when_the_gpu_lags_the_cpu(tmp_path: Path) -> None:
     ("void mori::moe::EpDispatchInterNodeV1Kernel<__hip_bfloat16>(mori::moe::EpDispatchCombineArgs)", "mori"),
     ("void hybrid_ep::dispatch_kernel<1>(int)", "hybrid-ep"),
     ("nvshmemi_transfer_rma_kernel", "nvshmem"),
+    ("ibgda_send_recv_kernel(P2pIbgdaTransportDevice*, char*, char*, unsigned long)", "nvshmem"),  # IBGDA
     ("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", "nccl"),
     ("userbuffers_fp16_sum_inplace_gpu_rw", "userbuffers"),
     ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>()", "custom-allreduce"),
@@ -181,3 +184,34 @@ def test_gpu_idle_of_a_real_trace_against_a_brute_force_grid(traces_dir: Path) -
     idle_us = (~busy[: int(round((hi - lo) * 10))]).sum() / 10
     assert t.total("gpu_idle") * 1e6 == pytest.approx(idle_us, abs=0.1 * len(gpu))
     assert t.total("gpu_idle") < 0.03  # about 27 ms, not the 210 ms the CPU windows gave
+
+
+def test_ep_trace_reaches_the_receipt_and_what_the_user_reads(tmp_path: Path) -> None:
+    """`ledger ingest trace` of the DeepEP trace into a receipt: the user is told the communication share, the EP
+    time split into exposed and overlapped, and what stayed unclassified; the receipt keeps the same figures."""
+    from ledger.ingest.api import ingest_megatron, ingest_trace
+    from ledger.store.receipts import Ledger
+
+    ledger = Ledger(tmp_path / "receipts")
+    base = ingest_megatron(ledger, Path(__file__).resolve().parents[2] / "fixtures" / "megatron"
+                           / "megatron_deepspeed_moe8_ep4_gpt125m.log").receipt
+    imported = ingest_trace(ledger, DEEPSEEK, base.id[:8])
+    events = json.load(gzip.open(DEEPSEEK))["traceEvents"]
+    gpu = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    ep = [e for e in gpu if "dpsk::ep::" in e["name"]]
+    origin = min(e["ts"] for e in gpu)
+    busy = np.zeros(max(e["ts"] + e["dur"] for e in gpu) - origin, bool)
+    for e in ep:
+        busy[e["ts"] - origin:e["ts"] - origin + e["dur"]] = True
+    ep_ms = busy.sum() / 1e3  # the union of the EP kernels' time, on a 1 us grid
+    hand_share = sum(e["dur"] for e in ep) / sum(e["dur"] for e in gpu)
+    notes = "\n".join(imported.notes)
+    share = float(re.search(r"communication ([\d.]+)% of GPU kernel time", notes).group(1)) / 100
+    assert abs(share - hand_share) <= 0.02
+    got = re.search(r"expert-parallel communication ([\d.]+) ms: ([\d.]+) ms exposed, ([\d.]+) ms overlapped", notes)
+    assert got is not None and float(got.group(1)) == pytest.approx(ep_ms, rel=1e-3)
+    assert float(got.group(2)) + float(got.group(3)) == pytest.approx(ep_ms, rel=1e-3)
+    assert "matched no kernel class" in notes and "cuda::per_token_cast_to_fp8_with_channels" in notes
+    timing = pq.read_table(ledger.path(imported.receipt.id) / "timing.parquet").to_pylist()
+    phases = {r["phase"]: r["seconds"] for r in timing if r["phase"].startswith("comm_ep_")}
+    assert phases["comm_ep_exposed"] + phases["comm_ep_overlapped"] == pytest.approx(ep_ms / 1e3, abs=1e-9)

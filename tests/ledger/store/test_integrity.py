@@ -142,6 +142,48 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
     assert ledger_cli("verify").returncode == 0
 
 
+def test_the_file_side_is_cached_by_digest_and_the_index_side_never(ledger3, ledger_cli, ledger_dir) -> None:
+    from ledger.errors import DamagedReceipt
+    from ledger.store import index
+    from ledger.store.agreement import check_involved
+    from ledger.store.receipts import Ledger
+
+    a = ledger3[0]
+    ledger_cli("ls", check=True)
+    led = Ledger(ledger_dir)
+    artifacts = json.loads((receipt_dir(ledger_dir, a) / "receipt.json").read_text())["artifacts"]
+    tables = {art["path"]: art["sha256"] for art in artifacts if art["kind"] == "table" and art["rows"]}
+    assert "steps.parquet" in tables
+    cache = ledger_dir / ".cache" / "fingerprints"
+    with index.reader(led) as con:
+        check_involved(led, con, [a])
+    cached = {p.name.split("-")[0]: p for p in cache.glob("*.json")}
+    assert set(cached) == set(tables.values())  # one entry per table file, named by its digest
+    steps_entry = cached[tables["steps.parquet"]]
+    truth = json.loads(steps_entry.read_text())
+    assert truth[0] == 5  # the row count of the five steps logged
+    # the index side is never cached: a tampered index is still found with every file side cached
+    _tamper(ledger_dir, ("UPDATE steps SET loss = loss / 2 WHERE receipt_id = ?", [a]))
+    with index.reader(led) as con, pytest.raises(DamagedReceipt, match="table steps: 5 rows in the index, 5 in "
+                                                                          "steps.parquet, values differ"):
+        check_involved(led, con, [a])
+    import ledger as api  # the Python API's compare makes the same check as the CLI's
+
+    with pytest.raises(DamagedReceipt, match="table steps"):
+        api.open(ledger_dir).compare(a, ledger3[1])
+    assert ledger_cli("reindex").returncode == 0
+    # the cache is what the file side is read from: a planted wrong entry is believed (it is keyed by the
+    # verified digest, so only a hand edit can make it wrong) ...
+    steps_entry.write_text(json.dumps([6, *truth[1:]]))
+    with index.reader(led) as con, pytest.raises(DamagedReceipt, match="5 rows in the index, 6 in steps.parquet"):
+        check_involved(led, con, [a])
+    # ... and a torn one is computed again and rewritten, never fatal
+    steps_entry.write_text('[5, 12')
+    with index.reader(led) as con:
+        check_involved(led, con, [a])
+    assert json.loads(steps_entry.read_text()) == truth
+
+
 def test_compare_refuses_a_receipt_damaged_after_indexing(ledger3, ledger_cli, ledger_dir) -> None:
     a, b = ledger3[0], ledger3[1]
     ledger_cli("ls", check=True)
