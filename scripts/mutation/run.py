@@ -47,7 +47,8 @@ class Module:
 A = "tests/ledger/analyses/"
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py")),
-    Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/evidence.py"),
+    Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
+                        "ledger/analyses/evidence.py"),
            (A + "test_evidence.py", A + "test_compare_units.py", A + "test_metrics_mutants.py",
             A + "test_evidence_mutants.py"), 3),
     Module("attribution", ("ledger/analyses/attribution.py",),
