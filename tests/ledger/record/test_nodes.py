@@ -186,3 +186,32 @@ def test_show_says_not_available_for_hardware_facts_a_node_could_not_probe(
     hardware = out.output.split("node hardware")[1]
     assert "performance" in hardware and "not available" in hardware
     assert "CPU frequency governor: performance on node 0 (gpu-000)" not in out.output  # unknown is no difference
+
+
+DRIVERS = {"gpu_driver": "570.124", "cuda_driver": "12.8", "cuda_runtime": "12.6"}
+
+
+@pytest.mark.parametrize(
+    ("planted", "factor", "text"),
+    [
+        ({"drivers": Drivers(**{**DRIVERS, "gpu_driver": "570.86"})}, Factor.DRIVERS,
+         "GPU driver: 570.124 on node 0 (gpu-000); 570.86"),
+        ({"drivers": Drivers(**{**DRIVERS, "cuda_driver": "12.7"})}, Factor.DRIVERS,
+         "CUDA driver: 12.8 on node 0 (gpu-000); 12.7"),
+        ({"drivers": Drivers(**{**DRIVERS, "cuda_runtime": "12.4"})}, Factor.DRIVERS,
+         "CUDA runtime: 12.6 on node 0 (gpu-000); 12.4"),
+        ({"gpu_model": "NVIDIA H100 80GB HBM3"}, Factor.HARDWARE,
+         "GPU model: NVIDIA H200 on node 0 (gpu-000); NVIDIA H100 80GB HBM3"),
+        ({"gpu_topology": "PIX (1 pair)"}, Factor.HARDWARE, "GPU topology: NV18 (1 pair) on node 0 (gpu-000); PIX"),
+    ],
+)
+def test_each_named_fact_that_differs_on_one_node_is_a_finding_of_its_factor(
+    planted: dict[str, object], factor: Factor, text: str
+) -> None:
+    """The issue's list (driver, CUDA, GPU model, topology; NCCL, packages, container, code, clocks and ECC
+    above): node 1 differs from node 0 in one fact, and that one fact is named with the expected factor."""
+    base: dict[str, object] = {"drivers": Drivers(**DRIVERS), "gpu_model": "NVIDIA H200",
+                               "gpu_topology": "NV18 (1 pair)"}
+    found = differences([_node(0, **base), _node(1, **{**base, **planted})])
+    assert len(found) == 1 and found[0][0] is factor and found[0][1].startswith(text)
+    assert found[0][1].endswith(" on node 1 (gpu-001)")
