@@ -158,8 +158,8 @@ def sample_while_running(target: Path, run_dir: Path) -> int | None:
 
 def merge_probe_telemetry(run_dir: Path) -> list[str]:
     """Each probed node's telemetry into the run's, with the node's name in the ``node`` column (the
-    wrapper's own rows named after the launching node, as :func:`ledger.record.nodes.merge_runtime_nodes`
-    names it; that node's own probe is left out: the wrapper sampled it). Waits up to
+    wrapper's own rows named after the launching node, as :func:`ledger.record.nodes.runtime_merge` names
+    it; that node's own probe is left out: the wrapper sampled it). Waits up to
     :data:`SAMPLER_GRACE_S` for samplers still closing. Never raises: returns what went wrong, for the
     receipt's problems (the wrapper's own rows are then kept as they were)."""
     root = run_dir / PROBES_DIR
@@ -184,10 +184,8 @@ def _merge_probe_telemetry(run_dir: Path, root: Path) -> None:
         time.sleep(0.1)
     stack, _ = read_json(run_dir / STACK_FILE)
     facts, _ = read_json(run_dir / WRAPPER_FILE)
-    environment = stack.get("environment") if isinstance(stack, dict) else None
     hardware = stack.get("hardware") if isinstance(stack, dict) else None
-    launching = ((environment or {}).get("SLURMD_NODENAME") or (hardware or {}).get("hostname")
-                 or (facts or {}).get("host"))
+    launching = (facts or {}).get("node_name") or (hardware or {}).get("hostname") or (facts or {}).get("host")
     parts = []
     for name, node in sorted(read_probes(run_dir).items()):
         if name != launching:

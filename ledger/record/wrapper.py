@@ -167,6 +167,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
         "ledger_version": __version__,
         "telemetry_interval": opts.telemetry_interval,  # `ledger probe` samples each node at the same rate
+        "node_name": env.get("SLURMD_NODENAME"),  # the launching node, as its ranks and `ledger probe` name it
         **(job.facts() if job is not None else {}),
     }
     write_wrapper_facts(run_dir, facts)
