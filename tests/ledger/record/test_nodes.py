@@ -51,6 +51,7 @@ def test_package_differences_name_the_packages() -> None:
     assert node_differences(Receipt(run_uuid="u", status="succeeded")) == []
 
 
+@pytest.mark.slow  # sdk.runtime_facts() imports torch: ~10 s on a loaded 2-core machine
 def test_one_wrapper_over_srun_gets_nodes_from_the_ranks_runtime_facts() -> None:
     """`ledger record -- srun ...`: this process's real facts for the launching node's ranks, the same
     facts with another node name and NCCL for the other node's."""
