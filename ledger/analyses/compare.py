@@ -84,7 +84,8 @@ class Comparison:
     """Changed fields by factor (between the first receipts of the sides; the seed is left out when a side
     is a replicate group)."""
     same_config: bool
-    """A and B differ in no causal factor but, possibly, the seed: every difference is run-to-run noise."""
+    """A and B differ in no causal factor but, possibly, the seed, and the nodes of each agree: every
+    difference is run-to-run noise."""
     identical: bool
     """One run per side, the same configuration and bit-identical loss curves."""
     replicates: dict[str, list[str]]
@@ -143,7 +144,9 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     groups = side_a.is_group or side_b.is_group
     diff = factor_diff(receipt(side_a.ids[0]), receipt(side_b.ids[0]), ignore=(SEED,) if groups else ())
     comparable = check_task(diff, options.allow_task_change)
-    same_config = not (set(diff.factors) - {SEED})
+    # a job whose nodes disagree is not one configuration: its metrics mix configurations (confounded)
+    within = {side.name: node_differences(receipt(side.ids[0])) for side in (side_a, side_b)}
+    same_config = not (set(diff.factors) - {SEED}) and not any(within.values())
     judged = not same_config or options.judge_same_config
     replicates: dict[str, list[str]] = {}
     if options.replicates and judged:
@@ -193,8 +196,8 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     next_steps += [m.command for m in missing if m.command]
     notes = _notes(diff, same_config, identical, comparable, runs_a + runs_b, replicates, rows)
     within_sets: list[tuple[str, ...]] = []
-    for side in (side_a, side_b):  # a job whose nodes disagree is not one configuration
-        differing = node_differences(receipt(side.ids[0]))
+    for side in (side_a, side_b):
+        differing = within[side.name]
         if differing:
             within_sets.append(tuple(dict.fromkeys(f.value for f, _ in differing)))
             notes.append(f"the nodes of {side.name} ({_ref_text(side, catalog)}) differ: "

@@ -133,12 +133,14 @@ def node_key(facts: Mapping[str, Any]) -> str | None:
 
 
 def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, Any]],
-                        probes: Mapping[str, ProbedNode] | None = None) -> tuple[Stack, list[str]]:
+                        probes: Mapping[str, ProbedNode] | None = None,
+                        launching: str | None = None) -> tuple[Stack, list[str]]:
     """:func:`ledger.record.capture.merge_runtime`, plus ``stack.nodes`` when the ranks ran on several
     nodes under one wrapper (``ledger record -- srun ...``): each node described from what `ledger probe`
     captured on it (``probes``, by node name; :mod:`ledger.record.probe`) and its ranks' runtime facts, the
     launching node also from the wrapper's own probes. A stack that already lists its nodes (a job staged
-    by a wrapper per node) keeps them. Notes name the differences between nodes."""
+    by a wrapper per node) keeps them. Notes name the differences between nodes.
+    ``launching``: the Slurm node name of the node the wrapper ran on (else its host name is used)."""
     merged, notes = merge_runtime(stack, facts_by_rank)
     if stack.nodes:
         return merged, notes
@@ -152,7 +154,7 @@ def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, A
     if len(groups) < 2:
         return merged, notes
     # the launching node by the name its ranks use: Slurm's node name when the wrapper saw one
-    launching = stack.environment.get("SLURMD_NODENAME") or stack.hardware.hostname
+    launching = launching or stack.hardware.hostname
     nodes = []
     for name, group in groups.items():
         here = name == launching
@@ -183,8 +185,12 @@ def runtime_merge(run_dir: Path) -> Callable[[Stack, Mapping[int, Mapping[str, A
     """The runtime merge for publishing one staging directory: :func:`merge_runtime_nodes` with the node
     probes `ledger probe` left in it."""
     from ledger.record.probe import read_probes
+    from ledger.store.layout import WRAPPER_FILE
+    from ledger.store.merge import read_json
 
-    return partial(merge_runtime_nodes, probes=read_probes(run_dir))
+    facts, _ = read_json(run_dir / WRAPPER_FILE)
+    name = facts.get("node_name") if isinstance(facts, dict) else None
+    return partial(merge_runtime_nodes, probes=read_probes(run_dir), launching=name if isinstance(name, str) else None)
 
 
 # --------------------------------------------------------------------------------------- differences

@@ -8,6 +8,11 @@ directory (``$LEDGER_RUN_DIR``, which srun exports to every task) under ``probes
 :func:`ledger.record.nodes.merge_runtime_nodes` describes each probed node from its probe rather than from
 its ranks' runtime facts alone.
 
+While the command runs, the probing task also samples the node's telemetry (:class:`ledger.record.telemetry.
+Sampler`, at the wrapper's ``--telemetry-interval``) into ``probes/<node>/`` from a forked process that
+ends when the command does (:func:`sample_while_running`); before publishing, the wrapper merges every
+node's samples into the run's telemetry with the node's name (:func:`merge_probe_telemetry`).
+
 A node is named as the SDK names it (Slurm's ``SLURMD_NODENAME``, else the host name) and numbered as the
 job key names it (``--node-rank``, else ``SLURM_NODEID``, else torchrun's ``GROUP_RANK``). The first task
 of a node probes it; the node's other tasks find its directory taken and go on at once.
@@ -15,23 +20,34 @@ of a node probes it; the node's other tasks find its directory taken and go on a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger.errors import BadInput
-from ledger.store.layout import ENV_RUN_DIR, PROBES_DIR, STACK_FILE
+from ledger.store.layout import ENV_RUN_DIR, PROBES_DIR, STACK_FILE, WRAPPER_FILE
 from ledger.store.merge import read_json
 from ledger.store.publish import write_json_atomic
 from schemas import Stack
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 PROBE_FILE = "probe.json"
 """In ``probes/<node>/``: who probed the node and when (node name, node rank, pid, time)."""
+SAMPLING_FILE = "sampling"
+"""In ``probes/<node>/``: written when the node's telemetry sampler starts, removed once it has closed its
+files (its last sample written)."""
+SAMPLER_GRACE_S = 10.0
+"""How long publishing waits for the node samplers still closing (their command has ended)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -102,6 +118,100 @@ def probe(run_dir: Path | None, env: Mapping[str, str], *, node_rank: int | None
     return target
 
 
+def sample_while_running(target: Path, run_dir: Path) -> int | None:
+    """Fork a process that samples this node's telemetry into ``target`` (a probe directory) every
+    ``telemetry_interval`` seconds of the run's wrapper, until this process (which then becomes the
+    command, by exec) has ended. Returns the sampler's pid, or None when the wrapper samples no telemetry
+    or the fork fails (telemetry is best effort)."""
+    facts, _ = read_json(run_dir / WRAPPER_FILE)
+    interval = facts.get("telemetry_interval") if isinstance(facts, dict) else None
+    if not isinstance(interval, int | float) or interval <= 0:
+        return None
+    parent = os.getpid()
+    (target / SAMPLING_FILE).touch()
+    try:
+        pid = os.fork()
+    except OSError:
+        (target / SAMPLING_FILE).unlink(missing_ok=True)
+        return None
+    if pid:
+        return pid
+    code = 0
+    try:  # the child: never returns into the CLI, never holds the launch's output open
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        from ledger.record.telemetry import Sampler
+
+        sampler = Sampler(target, interval=float(interval))
+        sampler.start()
+        while os.getppid() == parent:  # the command runs as our parent (exec keeps its pid)
+            time.sleep(min(0.2, float(interval)))
+        sampler.stop()
+    except BaseException:
+        code = 1
+    finally:
+        with contextlib.suppress(OSError):
+            (target / SAMPLING_FILE).unlink(missing_ok=True)
+        os._exit(code)
+
+
+def merge_probe_telemetry(run_dir: Path) -> list[str]:
+    """Each probed node's telemetry into the run's, with the node's name in the ``node`` column (the
+    wrapper's own rows named after the launching node, as :func:`ledger.record.nodes.runtime_merge` names
+    it; that node's own probe is left out: the wrapper sampled it). Waits up to
+    :data:`SAMPLER_GRACE_S` for samplers still closing. Never raises: returns what went wrong, for the
+    receipt's problems (the wrapper's own rows are then kept as they were)."""
+    root = run_dir / PROBES_DIR
+    if not root.is_dir():
+        return []
+    try:
+        _merge_probe_telemetry(run_dir, root)
+    except Exception as exc:  # best effort: the run is published whatever happens here
+        return [f"the nodes' telemetry was not merged ({type(exc).__name__}: {exc})"]
+    return []
+
+
+def _merge_probe_telemetry(run_dir: Path, root: Path) -> None:
+    import pyarrow as pa
+
+    from ledger.store.layout import STREAM_SUFFIX, WRAPPER_RANK_DIR
+    from ledger.store.merge import read_table
+    from schemas.tables import TELEMETRY
+
+    deadline = time.monotonic() + SAMPLER_GRACE_S
+    while any(root.glob(f"*/{SAMPLING_FILE}")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stack, _ = read_json(run_dir / STACK_FILE)
+    facts, _ = read_json(run_dir / WRAPPER_FILE)
+    hardware = stack.get("hardware") if isinstance(stack, dict) else None
+    launching = (facts or {}).get("node_name") or (hardware or {}).get("hostname") or (facts or {}).get("host")
+    parts = []
+    for name, node in sorted(read_probes(run_dir).items()):
+        if name != launching:
+            table, _ = read_table(probe_dir(run_dir, name), "telemetry", ranks=(-1,))
+            if table.num_rows:
+                parts.append(_named(table, node.node_name))
+    if not parts:
+        return
+    own, _ = read_table(run_dir, "telemetry", ranks=(-1,))
+    target = run_dir / WRAPPER_RANK_DIR
+    target.mkdir(exist_ok=True)
+    merged = pa.concat_tables([_named(own, launching), *parts] if own.num_rows else parts)
+    tmp = target / f"telemetry{STREAM_SUFFIX}.tmp"
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, TELEMETRY) as writer:
+        writer.write_table(merged)
+    tmp.replace(target / f"telemetry{STREAM_SUFFIX}")
+
+
+def _named(table: pa.Table, node: object) -> pa.Table:
+    import pyarrow as pa
+
+    i = table.schema.get_field_index("node")
+    return table.set_column(i, table.schema.field(i), pa.array([None if node is None else str(node)] * table.num_rows,
+                                                               pa.string()))
+
+
 def read_probes(run_dir: Path) -> dict[str, ProbedNode]:
     """Every node probe of a staging directory, by node name; a probe that is incomplete or unreadable
     (its node died while probing) is left out."""
@@ -132,4 +242,5 @@ def describe(path: Path | None) -> str:
     return f"ledger probe: node {facts['node_name']} (node rank {facts['node_rank']}) probed into {path}"
 
 
-__all__ = ["ProbedNode", "describe", "node_identity", "probe", "probe_dir", "read_probes"]
+__all__ = ["ProbedNode", "describe", "merge_probe_telemetry", "node_identity", "probe", "probe_dir", "read_probes",
+           "sample_while_running"]

@@ -166,6 +166,8 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         "attempt": opts.attempt,
         "links": {"attempt_of": opts.attempt_of, "replicates": opts.replicates, "baseline": opts.baseline},
         "ledger_version": __version__,
+        "telemetry_interval": opts.telemetry_interval,  # `ledger probe` samples each node at the same rate
+        "node_name": env.get("SLURMD_NODENAME"),  # the launching node, as its ranks and `ledger probe` name it
         **(job.facts() if job is not None else {}),
     }
     write_wrapper_facts(run_dir, facts)
@@ -235,6 +237,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
                 return RecordResult(None, exit_code, run_dir)
             receipt = job_receipt
         else:
+            from ledger.record.probe import merge_probe_telemetry
+
+            with contextlib.suppress(OSError):  # the nodes `ledger probe` sampled, if any
+                add_problems(run_dir, [("telemetry", n) for n in merge_probe_telemetry(run_dir)])
             receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
                               runtime=runtime_merge(run_dir))
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging

@@ -28,15 +28,16 @@ def register(cli: click.Group) -> None:
         For a launch that one `ledger record` starts on many nodes (`ledger record -- srun ...`): every node
         runs the probes the wrapper runs on its own node (code, container, packages, drivers, GPUs with
         clocks, ECC and topology, CPU), so the receipt lists every node's stack and the differences between
-        nodes. The first task of each node probes it; its other tasks go straight on. The node is named by
-        SLURMD_NODENAME (else the host name), as the ranks' own facts name it. With --ledger, the run must be
+        nodes; while COMMAND runs, the node's telemetry is sampled at the wrapper's --telemetry-interval. The
+        first task of each node probes it; its other tasks go straight on. The node is named by SLURMD_NODENAME
+        (else the host name), as the ranks' own facts name it. With --ledger, the run must be
         one of that ledger's (a check that this node sees the ledger the wrapper publishes to).
 
         Example:
 
             ledger record --name moe-16n -- srun --nodes 16 ledger probe -- python train.py
         """
-        from ledger.record.probe import describe
+        from ledger.record.probe import describe, sample_while_running
         from ledger.record.probe import probe as run_probe
 
         explicit = ledger_path or ctx.find_root().params.get("ledger_path")
@@ -44,6 +45,8 @@ def register(cli: click.Group) -> None:
         path = run_probe(run_dir, os.environ, node_rank=node_rank, staging=staging)
         click.echo(describe(path), err=True)
         if command:
+            if path is not None:  # the node's first task also samples its telemetry while COMMAND runs
+                sample_while_running(path, path.parents[1])
             try:
                 os.execvp(command[0], list(command))
             except OSError as exc:

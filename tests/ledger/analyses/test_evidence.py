@@ -121,3 +121,23 @@ def test_a_run_whose_nodes_disagree_is_confounded_within(tmp_path: Path) -> None
     item = next(i for i in c.confounded() if i["factors"] == ["drivers"])
     assert item["message"] == "confounded: drivers differ between the nodes of one run"
     assert any("NCCL: 2.21.5 on node 0" in n and "2.19.3 on node 1" in n for n in c.notes)
+
+
+def test_a_job_whose_nodes_disagree_is_not_one_configuration_with_its_replicate(tmp_path: Path) -> None:
+    """A and B differ only in the seed, but B's node 1 ran another NCCL: B's metrics mix configurations, so
+    the comparison does not call them replicates of one configuration; the difference is a confound."""
+    from schemas.receipt import Drivers, NodeStack
+
+    d = tmp_path / "receipts"
+    cal.publish_run(d, cal.series(np.random.default_rng(1), "x", 0), name="agree")
+    nodes = (NodeStack(node_rank=0, hostname="gpu-000", drivers=Drivers(nccl="2.21.5")),
+             NodeStack(node_rank=1, hostname="gpu-001", drivers=Drivers(nccl="2.19.3")))
+    cal.publish_run(d, cal.series(np.random.default_rng(2), "x", 1), name="mixed", nodes=nodes)
+    c = _compare(d, "agree", "mixed")
+    assert list(c.diff.factors) == ["seed"]  # the job-level stacks are one configuration...
+    assert not c.same_config and not c.identical  # ...but B's nodes are not
+    assert c.node_sets == [("drivers",)] and ("drivers",) in c.confounded_sets
+    assert not any(r.verdict == "same configuration" for r in c.metrics)
+    assert not any("replicates of one configuration" in n for n in c.notes)
+    assert any("the nodes of B (mixed) differ: drivers: NCCL: 2.21.5 on node 0 (gpu-000); 2.19.3 on node 1 "
+               "(gpu-001)" in n for n in c.notes)

@@ -77,3 +77,34 @@ def test_straggler_bucket_takes_the_wait_from_other_then_productive_time() -> No
     capped = straggler_bucket(g, 99.0)  # never more than other + productive
     assert (capped.productive_s, capped.buckets[BUCKET], capped.buckets["startup"]) == (0.0, 7.0, 3.0)
     assert dataclasses.replace(g) == g and g.productive_s == 6.0  # the original is untouched
+
+
+def test_the_waiting_of_a_job_is_summed_over_its_attempts_that_timed_several_ranks() -> None:
+    """Goodput across restarts: each attempt's wait from its own ranks (a real DuckDB table, as the index
+    holds it); an attempt timed on one rank adds nothing, and the all-to-all never counts as work."""
+    import duckdb
+
+    from ledger.analyses.goodput_index import with_straggler_wait
+
+    rows = []
+    for rid, steps, work in (("a1", (1, 2, 3), {0: 0.01, 1: 0.03}), ("a2", (3, 4), {0: 0.01, 1: 0.01, 2: 0.05}),
+                             ("a3", (6, 7), {0: 0.9})):
+        for step in steps:
+            for rank, seconds in work.items():
+                rows.append({"receipt_id": rid, "rank": rank, "step": step, "phase": "expert", "seconds": seconds})
+                rows.append({"receipt_id": rid, "rank": rank, "step": step, "phase": "all_to_all",
+                             "seconds": 0.5 if rank == 0 else 0.0})
+    con = duckdb.connect()
+    con.register("rows", pa.Table.from_pylist(rows))
+    con.execute("CREATE TABLE timing AS SELECT * FROM rows")
+    g = Goodput(run_id="a1", name=None, start=0.0, wall_s=10.0, productive_s=6.0, buckets={"other": 1.0},
+                attempts=[], steps_computed=7, steps_useful=7, steps_recomputed=0, tokens_processed=None,
+                tokens_useful=None, step_time_median_s=None, step_time_mad_s=None, steady_step_time_s=None,
+                steady_steps=0, checkpoints_saved=0, checkpoints_useful=0)
+    # by hand, each attempt apart (a2 recomputes step 3): a1, 3 steps x (0.03 - median(0.01, 0.03));
+    # a2, 2 steps x (0.05 - median(0.01, 0.01, 0.05)); a3 timed one rank
+    expected = 3 * 0.01 + 2 * 0.04
+    out = with_straggler_wait(con, g, ["a1", "a2", "a3"])
+    assert out.buckets[BUCKET] == pytest.approx(expected)
+    assert out.buckets["other"] == pytest.approx(1.0 - expected) and out.productive_s == 6.0
+    assert with_straggler_wait(con, g, ["a3"]) is g  # one rank timed: nothing to compare

@@ -130,7 +130,10 @@ def test_two_nodes_one_receipt_every_node_planted_difference_and_straggler(
 
     rdir = ledger.path(ids[0])
     timing = pq.read_table(rdir / "timing.parquet").to_pylist()
-    assert {r["rank"] for r in timing} == {0, 1, 2, 3}
+    timed: dict[int, set[int]] = defaultdict(set)
+    for r in timing:
+        timed[r["rank"]].add(r["step"])
+    assert timed == {rank: set(range(1, steps + 1)) for rank in range(4)}  # every step of every rank
     step_rows = pq.read_table(rdir / "steps.parquet").to_pylist()
     assert [r["step"] for r in step_rows] == list(range(1, steps + 1))
     routing = pq.read_table(rdir / "routing.parquet").to_pylist()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -221,7 +222,7 @@ def test_ledger_probe_on_each_node_of_one_wrapper_over_srun(tmp_path: Path) -> N
     planted.mkdir(parents=True)
     (planted / "METADATA").write_text("Metadata-Version: 2.1\nName: stackreceipt-planted\nVersion: 2.0\n")
     proc = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name", "probed",
-                           "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "srun.py"),
+                           "--telemetry-interval", "0.2", "--", sys.executable, str(tmp_path / "srun.py"),
                            str(planted.parent), str(BIN / "ledger"), "probe", "--", sys.executable,
                            str(tmp_path / "train.py")], env=child_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -238,6 +239,10 @@ def test_ledger_probe_on_each_node_of_one_wrapper_over_srun(tmp_path: Path) -> N
     assert nodes[1]["packages"] == {"stackreceipt-planted": "2.0"} and nodes[0]["packages"] == {}
     messages = [p["message"] for p in receipt["problems"]]  # type: ignore[union-attr]
     assert any("stackreceipt-planted" in m and "gpu-001" in m for m in messages), messages
+    # telemetry of every node: each probing task sampled its node while its command ran, merged by node name
+    # beside the wrapper's own samples of the launching node (this host)
+    telemetry = pq.read_table(receipt_dir(tmp_path / "receipts", receipt_id) / "telemetry.parquet").to_pylist()
+    assert {r["node"] for r in telemetry if r["device"] == "host"} == {socket.gethostname(), "gpu-000", "gpu-001"}
 
 
 def test_ledger_probe_outside_a_recorded_launch_is_one_line_error(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from ledger import sdk
 from ledger.analyses.nodes import node_differences
 from ledger.errors import BadInput
 from ledger.record.job import Job, JobOptions, resolve_job
-from ledger.record.nodes import differences, merge_runtime_nodes, package_delta
+from ledger.record.nodes import differences, merge_runtime_nodes, package_delta, runtime_merge
 from schemas import Drivers, Factor, NodeStack, Package, Receipt, Software, Stack
 
 
@@ -51,6 +51,7 @@ def test_package_differences_name_the_packages() -> None:
     assert node_differences(Receipt(run_uuid="u", status="succeeded")) == []
 
 
+@pytest.mark.slow  # sdk.runtime_facts() imports torch: ~10 s on a loaded 2-core machine
 def test_one_wrapper_over_srun_gets_nodes_from_the_ranks_runtime_facts() -> None:
     """`ledger record -- srun ...`: this process's real facts for the launching node's ranks, the same
     facts with another node name and NCCL for the other node's."""
@@ -186,3 +187,49 @@ def test_show_says_not_available_for_hardware_facts_a_node_could_not_probe(
     hardware = out.output.split("node hardware")[1]
     assert "performance" in hardware and "not available" in hardware
     assert "CPU frequency governor: performance on node 0 (gpu-000)" not in out.output  # unknown is no difference
+
+
+DRIVERS = {"gpu_driver": "570.124", "cuda_driver": "12.8", "cuda_runtime": "12.6"}
+
+
+@pytest.mark.parametrize(
+    ("planted", "factor", "text"),
+    [
+        ({"drivers": Drivers(**{**DRIVERS, "gpu_driver": "570.86"})}, Factor.DRIVERS,
+         "GPU driver: 570.124 on node 0 (gpu-000); 570.86"),
+        ({"drivers": Drivers(**{**DRIVERS, "cuda_driver": "12.7"})}, Factor.DRIVERS,
+         "CUDA driver: 12.8 on node 0 (gpu-000); 12.7"),
+        ({"drivers": Drivers(**{**DRIVERS, "cuda_runtime": "12.4"})}, Factor.DRIVERS,
+         "CUDA runtime: 12.6 on node 0 (gpu-000); 12.4"),
+        ({"gpu_model": "NVIDIA H100 80GB HBM3"}, Factor.HARDWARE,
+         "GPU model: NVIDIA H200 on node 0 (gpu-000); NVIDIA H100 80GB HBM3"),
+        ({"gpu_topology": "PIX (1 pair)"}, Factor.HARDWARE, "GPU topology: NV18 (1 pair) on node 0 (gpu-000); PIX"),
+    ],
+)
+def test_each_named_fact_that_differs_on_one_node_is_a_finding_of_its_factor(
+    planted: dict[str, object], factor: Factor, text: str
+) -> None:
+    """The issue's list (driver, CUDA, GPU model, topology; NCCL, packages, container, code, clocks and ECC
+    above): node 1 differs from node 0 in one fact, and that one fact is named with the expected factor."""
+    base: dict[str, object] = {"drivers": Drivers(**DRIVERS), "gpu_model": "NVIDIA H200",
+                               "gpu_topology": "NV18 (1 pair)"}
+    found = differences([_node(0, **base), _node(1, **{**base, **planted})])
+    assert len(found) == 1 and found[0][0] is factor and found[0][1].startswith(text)
+    assert found[0][1].endswith(" on node 1 (gpu-001)")
+
+
+def test_the_launching_node_is_found_by_its_slurm_node_name_when_the_host_name_differs(tmp_path: Path) -> None:
+    """`ledger record -- srun ...` from a batch script on gpu-000 whose host name is another (a cluster
+    whose Slurm node names are not host names): the ranks name their node gpu-000, and so does the wrapper
+    (SLURMD_NODENAME), so that node is described by the wrapper's own probes, not as a node nobody probed."""
+    launching = Stack(software=Software(python="3.11.7"))
+    launching = launching.model_copy(update={"hardware": launching.hardware.model_copy(
+        update={"hostname": "n0017.cluster.example"})})
+    facts = {r: {"host": f"n00{17 + r // 2}.cluster.example", "node_name": f"gpu-00{r // 2}", "node_rank": r // 2,
+                 "python": "3.11.7"} for r in range(4)}
+    (tmp_path / "wrapper.json").write_text('{"node_name": "gpu-000"}')  # what the wrapper wrote on gpu-000
+    stack, _ = runtime_merge(tmp_path)(launching, facts)
+    assert [(n.node_rank, n.hostname, n.ranks, n.detail) for n in stack.nodes][0] == (0, "gpu-000", (0, 1), None)
+    assert stack.nodes[1].detail and "runtime facts" in stack.nodes[1].detail
+    without, _ = merge_runtime_nodes(launching, facts)  # the host name alone does not find it
+    assert all(n.detail and "runtime facts" in n.detail for n in without.nodes)
