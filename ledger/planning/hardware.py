@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ledger.mfu import peak_flops_of
 from ledger.planning.errors import UnknownHardware
+
+if TYPE_CHECKING:
+    from schemas import Receipt
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """Keys of ``peak_flops``. A receipt's precision policy maps to one of them (see :func:`peak_key`)."""
@@ -249,13 +252,12 @@ def resolve(spec: str, extra: dict[str, Hardware] | None = None) -> Hardware:
     )
 
 
-def for_receipt(receipt: dict[str, Any], extra: dict[str, Hardware] | None = None) -> Hardware | None:
+def for_receipt(receipt: Receipt, extra: dict[str, Hardware] | None = None) -> Hardware | None:
     """The profile a receipt ran on: its GPU model matched by name (H100, H200, B200...), or CPU when it
     ran without a GPU. None when no profile matches."""
     table = {**BUILTIN, **(extra or {})}
-    hw = (receipt.get("stack") or {}).get("hardware") or {}
-    device = (receipt.get("workload") or {}).get("device")
-    gpu = hw.get("gpu_model")
+    device = receipt.workload.device
+    gpu = receipt.stack.hardware.gpu_model
     if device == "cpu" or (device is None and not gpu):
         return table.get("CPU")
     if not gpu:

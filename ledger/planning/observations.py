@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import duckdb
 
     from ledger.store.receipts import Ledger
+    from schemas import Receipt
 
 TRAIN_TAIL = 0.05
 """Share of the run's tokens over which the final training loss is averaged."""
@@ -47,40 +48,42 @@ class Skipped:
     reason: str
 
 
-def label(r: dict[str, Any]) -> str:
-    return f"{r['name']} ({r['id'][:8]})" if r.get("name") else str(r["id"][:12])
+def label(r: Receipt) -> str:
+    return f"{r.name} ({r.id[:8]})" if r.name else r.id[:12]
 
 
-def select(con: duckdb.DuckDBPyConnection, where: str | None) -> list[dict[str, Any]]:
-    """The indexed receipts matching ``--where`` (all when None), oldest first."""
+def select(con: duckdb.DuckDBPyConnection, where: str | None) -> list[Receipt]:
+    """The indexed receipts matching ``--where`` (all when None), oldest first, as receipt models (the
+    index holds each as its current-schema JSON; the filter reads that JSON, as `ledger ls --where` does)."""
     import json
 
     from ledger.store import filters
+    from schemas import Receipt
 
     keep = filters.parse(where) if where else (lambda _r: True)
     rows = con.execute("SELECT receipt FROM receipts ORDER BY started_at NULLS LAST, id").fetchall()
-    return [r for r in (json.loads(row[0]) for row in rows) if keep(r)]
+    return [Receipt.model_validate(r) for r in (json.loads(row[0]) for row in rows) if keep(r)]
 
 
-def _usable(r: dict[str, Any]) -> str | None:
-    if r.get("status") not in ("succeeded", "imported"):
-        return f"status {r.get('status')}"
+def _usable(r: Receipt) -> str | None:
+    if r.status not in ("succeeded", "imported"):
+        return f"status {r.status}"
     return None
 
 
 # ------------------------------------------------------------------------------------------------ law
-def _law_inputs(r: dict[str, Any]) -> tuple[float, float, float] | str:
+def _law_inputs(r: Receipt) -> tuple[float, float, float] | str:
     """(N_tot, S, G) of a receipt, or why they are unknown."""
-    m = (r.get("workload") or {}).get("model") or {}
-    n_tot = m.get("total_params")
+    m = r.workload.model
+    n_tot = m.total_params
     if not n_tot:
         return "no workload.model.total_params"
-    experts, top_k = m.get("num_experts") or 1, m.get("top_k") or 1
+    experts, top_k = m.num_experts or 1, m.top_k or 1
     if top_k > experts:
         return f"top_k {top_k} > num_experts {experts}"
-    g = m.get("granularity")
-    if g is None and m.get("ffn_hidden") and m.get("expert_hidden"):
-        g = m["ffn_hidden"] / m["expert_hidden"]
+    g = m.granularity
+    if g is None and m.ffn_hidden and m.expert_hidden:
+        g = m.ffn_hidden / m.expert_hidden
     if g is None:
         if experts > 1:
             return "no workload.model.granularity (nor ffn_hidden and expert_hidden)"
@@ -98,11 +101,11 @@ def _train_losses(con: Any, rid: str) -> tuple[np.ndarray, np.ndarray]:
     return arr[:, 0], arr[:, 1]
 
 
-def _val_losses(con: Any, r: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _val_losses(con: Any, r: Receipt) -> tuple[np.ndarray, np.ndarray]:
     rows = con.execute(
         "SELECT step, tokens, value FROM evals WHERE receipt_id = ? AND split = 'val' AND source IS NULL "
-        "AND metric = 'loss' AND value IS NOT NULL AND isfinite(value) ORDER BY step", [r["id"]]).fetchall()
-    per_step = ((r.get("workload") or {}).get("batch") or {}).get("tokens_per_step")
+        "AND metric = 'loss' AND value IS NOT NULL AND isfinite(value) ORDER BY step", [r.id]).fetchall()
+    per_step = r.workload.batch.tokens_per_step
     out = []
     for step, tokens, value in rows:
         t = tokens if tokens is not None else (step * per_step if per_step else None)
@@ -127,7 +130,7 @@ def _at(tokens: np.ndarray, losses: np.ndarray, t: float, kind: str) -> float | 
     return float(np.interp(math.log(t), np.log(tokens), losses))
 
 
-def law_data(con: duckdb.DuckDBPyConnection, receipts: Sequence[dict[str, Any]], loss: str = "train",
+def law_data(con: duckdb.DuckDBPyConnection, receipts: Sequence[Receipt], loss: str = "train",
              at_tokens: Sequence[float] | None = None) -> tuple[Data, list[str], list[str], list[Skipped]]:
     """Observations for :func:`ledger.planning.fitting.fit_law`, the label and the id of each receipt used,
     and the receipts skipped."""
@@ -151,10 +154,9 @@ def law_data(con: duckdb.DuckDBPyConnection, receipts: Sequence[dict[str, Any]],
                 skipped.append(Skipped(label(r), "no validation loss (split=val, whole split, metric=loss)"))
                 continue
         else:
-            tokens, losses = _train_losses(con, r["id"])
+            tokens, losses = _train_losses(con, r.id)
             if tokens.size == 0:
-                final = (r.get("summary") or {}).get("final_loss")
-                total = (r.get("summary") or {}).get("tokens")
+                final, total = r.summary.final_loss, r.summary.tokens
                 if final is None or not total:
                     skipped.append(Skipped(label(r), "no training loss with token counts"))
                     continue
@@ -175,7 +177,7 @@ def law_data(con: duckdb.DuckDBPyConnection, receipts: Sequence[dict[str, Any]],
             points.append((float(tokens.max()), float(losses[tail].mean())))
         index = len(labels)
         labels.append(label(r))
-        ids.append(str(r["id"]))
+        ids.append(r.id)
         rows += [(n_tot, t, s, g, v, index) for t, v in points]
     if not rows:
         return Data.of([], [], [], [], [], np.empty(0, dtype=np.int64)), labels, ids, skipped
@@ -211,7 +213,7 @@ class PerfObs:
         return self.tokens_per_step * self.flops_per_token / (self.step_s * self.world * peak)
 
 
-def perf_obs(receipts: Sequence[dict[str, Any]], hardware: Hardware | None = None,
+def perf_obs(receipts: Sequence[Receipt], hardware: Hardware | None = None,
              extra: dict[str, Hardware] | None = None) -> tuple[list[PerfObs], list[Skipped]]:
     """Receipts with a geometry, a parallel plan, a known hardware profile and a measured step time."""
     out: list[PerfObs] = []
@@ -225,51 +227,48 @@ def perf_obs(receipts: Sequence[dict[str, Any]], hardware: Hardware | None = Non
     return out, skipped
 
 
-def _perf_one(r: dict[str, Any], hardware: Hardware | None, extra: dict[str, Hardware] | None) -> PerfObs | str:
+def _perf_one(r: Receipt, hardware: Hardware | None, extra: dict[str, Hardware] | None) -> PerfObs | str:
     why = _usable(r)
     if why:
         return why
-    w = r.get("workload") or {}
-    m, par, batch = w.get("model") or {}, w.get("parallelism") or {}, w.get("batch") or {}
-    summary = r.get("summary") or {}
-    need = {"layers": m.get("layers"), "hidden": m.get("hidden"), "ffn_hidden": m.get("ffn_hidden"),
-            "sequence_length": (w.get("data") or {}).get("sequence_length"),
-            "vocab_size": (w.get("task") or {}).get("vocab_size"), "global_batch": batch.get("global_batch"),
-            "step_time_s": summary.get("step_time_s")}
+    w = r.workload
+    m, par, batch = w.model, w.parallelism, w.batch
+    need = {"layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
+            "sequence_length": w.data.sequence_length, "vocab_size": w.task.vocab_size,
+            "global_batch": batch.global_batch, "step_time_s": r.summary.step_time_s}
     missing = [k for k, v in need.items() if not v]
     if missing:
         return f"no {', '.join(missing)}"
+    # all present (checked just above): the narrowed names the type checker follows
+    layers, hidden, ffn_hidden = int(m.layers or 0), int(m.hidden or 0), int(m.ffn_hidden or 0)
+    seq_len, vocab, gb = int(w.data.sequence_length or 0), int(w.task.vocab_size or 0), int(batch.global_batch or 0)
     hw = hardware or for_receipt(r, extra)
     if hw is None:
-        gpu = ((r.get("stack") or {}).get("hardware") or {}).get("gpu_model")
-        return f"no hardware profile for {gpu!r} (give --hardware NAME or a profile file)"
-    experts, top_k = m.get("num_experts") or 1, m.get("top_k") or 1
-    g = m.get("granularity") or (m["ffn_hidden"] / m["expert_hidden"] if m.get("expert_hidden") else 1.0)
+        return f"no hardware profile for {r.stack.hardware.gpu_model!r} (give --hardware NAME or a profile file)"
+    experts, top_k = m.num_experts or 1, m.top_k or 1
+    g = m.granularity or (ffn_hidden / m.expert_hidden if m.expert_hidden else 1.0)
     geom = Geometry.of(
-        layers=m["layers"], hidden=m["hidden"], heads=m.get("heads") or max(1, m["hidden"] // 128),
-        ffn_hidden=m["ffn_hidden"], experts=experts, top_k=top_k, granularity=g,
-        seq_len=need["sequence_length"], vocab=need["vocab_size"],
-        moe_layers=m.get("moe_layers") if m.get("moe_layers") is not None else (m["layers"] if experts > 1 else 0),
-        shared_experts=m.get("shared_experts") or 0,
+        layers=layers, hidden=hidden, heads=m.heads or max(1, hidden // 128),
+        ffn_hidden=ffn_hidden, experts=experts, top_k=top_k, granularity=g, seq_len=seq_len, vocab=vocab,
+        moe_layers=m.moe_layers if m.moe_layers is not None else (layers if experts > 1 else 0),
+        shared_experts=m.shared_experts or 0,
     )
-    tp, pp, ep = par.get("tp") or 1, par.get("pp") or 1, par.get("ep") or 1
-    world = par.get("world_size") or (tp * pp * (par.get("dp") or 1))
-    dp = par.get("dp") or max(1, world // (tp * pp))
-    gb = batch["global_batch"]
-    mb = batch.get("micro_batch") or max(1, gb // dp)
-    device = w.get("device")
-    grouped = (w.get("kernels") or {}).get("grouped_gemm")
+    tp, pp, ep = par.tp or 1, par.pp or 1, par.ep or 1
+    world = par.world_size or (tp * pp * (par.dp or 1))
+    dp = par.dp or max(1, world // (tp * pp))
+    mb = batch.micro_batch or max(1, gb // dp)
+    device = w.device
+    grouped = w.kernels.grouped_gemm
     if grouped is None:
         grouped = device != "cpu" and hw.grouped_gemm
-    precision = (w.get("precision") or {}).get("compute") or ("fp32" if device == "cpu" else "bf16")
+    precision = w.precision.compute or ("fp32" if device == "cpu" else "bf16")
     plan = Plan.of(tp=tp, pp=pp, ep=ep, dp=dp, micro_batch=mb, global_batch=gb, grouped=int(bool(grouped)),
                    precision=precision)
-    active = m.get("active_params")
-    fpt = (model_flops_per_token(float(active), m["layers"], m["hidden"], need["sequence_length"]) if active
+    active = m.active_params
+    fpt = (model_flops_per_token(float(active), layers, hidden, seq_len) if active
            else float(geom.flops_per_token[0]))
-    tokens = batch.get("tokens_per_step") or gb * need["sequence_length"]
-    step_s: Any = need["step_time_s"]
-    return PerfObs(r["id"], label(r), geom, plan, hw, float(step_s), float(fpt), float(tokens))
+    tokens = batch.tokens_per_step or gb * seq_len
+    return PerfObs(r.id, label(r), geom, plan, hw, float(r.summary.step_time_s or 0), float(fpt), float(tokens))
 
 
 # -------------------------------------------------------------------------------------------- goodput

@@ -16,6 +16,7 @@ from ledger.planning.hardware import BUILTIN
 from ledger.planning.observations import PerfObs
 from ledger.planning.perf import Calibration, Plan, predict
 from ledger.planning.ranks import kendall, ranks, spearman
+from schemas import Receipt
 
 B200, CPU = BUILTIN["B200"], BUILTIN["CPU"]
 
@@ -135,11 +136,16 @@ def test_hardware_profiles(tmp_path) -> None:
         hardware.resolve(str(bad))
     with pytest.raises(UnknownHardware, match="cannot read"):
         hardware.resolve(str(tmp_path / "missing.toml"))
-    gpu = {"stack": {"hardware": {"gpu_model": "NVIDIA H200"}}, "workload": {"device": "cuda"}}
-    assert hardware.for_receipt(gpu) is BUILTIN["H200"]
-    assert hardware.for_receipt({"stack": {"hardware": {}}, "workload": {"device": "cpu"}}) is CPU
-    assert hardware.for_receipt({"stack": {"hardware": {"gpu_model": "NVIDIA A100-SXM4-80GB"}},
-                                 "workload": {"device": "cuda"}}) is None
+
+    def receipt(gpu: str | None, device: str | None) -> Receipt:
+        return Receipt.model_validate({"run_uuid": "u", "status": "succeeded", "workload": {"device": device},
+                                       "stack": {"hardware": {"gpu_model": gpu}}})
+
+    assert hardware.for_receipt(receipt("NVIDIA H200", "cuda")) is BUILTIN["H200"]
+    assert hardware.for_receipt(receipt("NVIDIA H200", None)) is BUILTIN["H200"]
+    assert hardware.for_receipt(receipt(None, "cpu")) is CPU
+    assert hardware.for_receipt(receipt(None, None)) is CPU  # no device and no GPU: it ran on the CPU
+    assert hardware.for_receipt(receipt("NVIDIA A100-SXM4-80GB", "cuda")) is None
 
 
 def test_near_identical_receipts_are_refused_with_the_runs_that_fix_it() -> None:
