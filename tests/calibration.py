@@ -96,9 +96,11 @@ def run_data(s: Series, rid: str | None = None) -> Any:
     return RunData(rid or uuid.uuid4().hex * 2, receipt, steps, [], {}, {})
 
 
-def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tuple[Any, ...] = ()) -> str:
+def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tuple[Any, ...] = (),
+                environment: dict[str, str] | None = None) -> str:
     """Write the run through the real SDK (as a training process under ``ledger record`` would) and publish
-    its staging directory; returns the receipt id."""
+    its staging directory (with ``environment`` as the wrapper's kept environment variables); returns the
+    receipt id."""
     from ledger.record.capture import merge_runtime
     from ledger.sdk import Run
     from ledger.store.layout import STACK_FILE, WRAPPER_FILE
@@ -112,7 +114,8 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
     run_dir.mkdir(parents=True)
     started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=int(uuid.uuid4().int % 10**6))
     (run_dir / STACK_FILE).write_text(json.dumps(Stack(hardware=Hardware(
-        cpu_model="synthetic CPU", cpu_cores=2, memory_bytes=2**34), nodes=nodes).model_dump(mode="json")))
+        cpu_model="synthetic CPU", cpu_cores=2, memory_bytes=2**34), nodes=nodes,
+        environment=environment or {}).model_dump(mode="json")))
     (run_dir / WRAPPER_FILE).write_text(json.dumps({
         "name": name or f"{s.config}-s{s.seed}", "run_uuid": run_dir.name, "started_at": started.isoformat(),
         "attempt": 1, "command": ["python", "train.py", "--variant", s.config, "--seed", str(s.seed)]}))

@@ -8,6 +8,7 @@ the caller allows it (:func:`check_task`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,35 @@ from schemas.factors import CAUSAL_FACTORS
 
 _SKIP_RECORD = ("artifacts", "summary.", "problems", "id", "run_uuid", "started_at", "ended_at", "duration_s")
 """Record fields that differ between any two runs and say nothing about why (not shown in the diff)."""
+
+
+ENVIRONMENT = "stack.environment"
+"""The leaf of the allow-listed environment variables (the software factor)."""
+LAUNCH_INSTANCE = re.compile(
+    r"SLURM_(JOB_?ID|STEP_?ID|ARRAY_JOB_ID|ARRAY_TASK_ID|HET_JOB_ID|JOB_NAME|(JOB_|STEP_)?NODELIST|NODEID|"
+    r"NODENAME|PROCID|LOCALID|TASK_PID|TOPOLOGY_ADDR|SUBMIT_DIR|SUBMIT_HOST|LAUNCH_NODE_IPADDR|SRUN_COMM_HOST|"
+    r"SRUN_COMM_PORT|STEP_LAUNCHER_PORT|JOB_START_TIME|JOB_END_TIME|JOB_UID|JOB_USER|JOB_GID|PRIO_PROCESS)"
+    r"|SLURMD_NODENAME|TORCHELASTIC_(RUN_ID|RESTART_COUNT|ERROR_FILE)|MASTER_ADDR|MASTER_PORT"
+    r"|RANK|LOCAL_RANK|GROUP_RANK|NODE_RANK|ROLE_RANK"
+)
+"""Environment variables that name one launch (a Slurm job or step id, its node list, the rendezvous address
+and port, a process's rank) rather than set how it runs: two replicates under Slurm always differ in them, so
+they are bookkeeping, never a software change. Sizes and settings (``SLURM_NNODES``, ``WORLD_SIZE``,
+``NCCL_*``...) stay causal."""
+
+
+def causal_environment(env: Any) -> Any:
+    """The environment leaf without the :data:`LAUNCH_INSTANCE` variables (other values as they are)."""
+    if not isinstance(env, Mapping):
+        return env
+    return {k: v for k, v in env.items() if not LAUNCH_INSTANCE.fullmatch(k)}
+
+
+def launch_instance(env: Any) -> dict[str, Any]:
+    """The :data:`LAUNCH_INSTANCE` variables of the environment leaf."""
+    if not isinstance(env, Mapping):
+        return {}
+    return {k: v for k, v in env.items() if LAUNCH_INSTANCE.fullmatch(k)}
 
 
 class TaskMismatch(BadInput):
@@ -66,8 +96,10 @@ _FACTORS = dict(leaves())
 
 
 def causal_leaves(receipt: Receipt) -> dict[str, Any]:
-    """Every causal leaf of a receipt (record fields dropped): path -> JSON-able value."""
-    return {p: v for p, v in flatten(receipt).items() if _FACTORS[p] is not Factor.RECORD}
+    """Every causal leaf of a receipt (record fields dropped, the environment without its launch-instance
+    variables): path -> JSON-able value."""
+    return {p: causal_environment(v) if p == ENVIRONMENT else v for p, v in flatten(receipt).items()
+            if _FACTORS[p] is not Factor.RECORD}
 
 
 def diff_leaves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
@@ -88,6 +120,11 @@ def factor_diff(a: Receipt, b: Receipt, ignore: Iterable[str] = ()) -> FactorDif
     flat_a, flat_b = flatten(a), flatten(b)
     by_factor: dict[str, list[Change]] = {}
     record: list[Change] = []
+    instance_a, instance_b = launch_instance(flat_a.get(ENVIRONMENT)), launch_instance(flat_b.get(ENVIRONMENT))
+    if instance_a != instance_b:  # shown with the bookkeeping, never a cause
+        record.append(Change(f"{ENVIRONMENT} (launch instance)", instance_a, instance_b))
+    for flat in (flat_a, flat_b):
+        flat[ENVIRONMENT] = causal_environment(flat.get(ENVIRONMENT))
     for change in diff_leaves(flat_a, flat_b):
         factor = _FACTORS[change.path]
         if factor is Factor.RECORD:

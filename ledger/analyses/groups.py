@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from ledger.analyses.diff import ENVIRONMENT, causal_environment
 from ledger.errors import BadInput
 from ledger.kv import pair
 from ledger.store.attempts import LogicalRun, root_of, run_of
@@ -70,7 +71,8 @@ def factor_keys(data: Mapping[str, Any]) -> dict[str, str]:
         node: Any = data
         for part in parts:
             node = node.get(part) if isinstance(node, dict) else None
-        by_factor[factor][".".join(parts)] = node
+        path = ".".join(parts)
+        by_factor[factor][path] = causal_environment(node) if path == ENVIRONMENT else node
     return {f: json.dumps(v, sort_keys=True, separators=(",", ":")) for f, v in by_factor.items()}
 
 

@@ -141,3 +141,33 @@ def test_a_job_whose_nodes_disagree_is_not_one_configuration_with_its_replicate(
     assert not any("replicates of one configuration" in n for n in c.notes)
     assert any("the nodes of B (mixed) differ: drivers: NCCL: 2.21.5 on node 0 (gpu-000); 2.19.3 on node 1 "
                "(gpu-001)" in n for n in c.notes)
+
+
+def test_a_slurm_job_id_or_rendezvous_port_is_bookkeeping_never_a_software_change(tmp_path: Path) -> None:
+    """Two replicates under Slurm always run as different jobs (job id, rendezvous port): those variables name
+    the launch, not how it runs. A changed NCCL setting stays a software change."""
+    from ledger.analyses import evidence
+    from ledger.analyses.groups import Catalog
+
+    d = tmp_path / "receipts"
+
+    def run(seed: int, job: str, port: str, algo: str, name: str) -> str:
+        env = {"SLURM_JOB_ID": job, "SLURM_NNODES": "2", "MASTER_PORT": port, "NCCL_ALGO": algo, "RANK": "0"}
+        return cal.publish_run(d, cal.series(np.random.default_rng(seed), "x", seed), name=name, environment=env)
+
+    j11 = run(0, "11", "29500", "Ring", "j11")
+    j12 = run(1, "12", "29611", "Ring", "j12")
+    run(2, "13", "29500", "Tree", "tree")
+    c = _compare(d, "j11", "j12")
+    assert c.diff.factors == ["seed"] and c.same_config
+    (instance,) = [ch for ch in c.diff.record if ch.path == "stack.environment (launch instance)"]
+    assert (instance.a, instance.b) == ({"MASTER_PORT": "29500", "RANK": "0", "SLURM_JOB_ID": "11"},
+                                        {"MASTER_PORT": "29611", "RANK": "0", "SLURM_JOB_ID": "12"})
+    with index.reader(Ledger(d)) as con:
+        catalog = Catalog.load(con)
+    assert evidence.replicates_of(catalog, j11) == [j12]  # not "tree": its NCCL setting differs
+    t = _compare(d, "j11", "tree")
+    assert t.diff.factors == ["software", "seed"]
+    (change,) = t.diff.changed["software"]
+    assert (change.path, change.a, change.b) == ("stack.environment", {"NCCL_ALGO": "Ring", "SLURM_NNODES": "2"},
+                                                 {"NCCL_ALGO": "Tree", "SLURM_NNODES": "2"})
