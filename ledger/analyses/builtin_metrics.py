@@ -30,6 +30,7 @@ from ledger.analyses.metrics import (
     Spec,
     Statistic,
     compare_metric,
+    control_headlines,
     plugins,
     summary_statistic,
     unavailable,
@@ -423,11 +424,12 @@ def compare_all(runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: 
                 extra: Sequence[MetricProvider] = (), headline_rows: Iterable[str] = (),
                 groups: Sequence[Sequence[RunData]] = ()) -> list[MetricRow]:
     """Every metric of the built-in providers and of ``extra``, side by side; rows named in
-    ``headline_rows`` are flagged as headlines; ``groups``: replicate groups for the noise floors."""
+    ``headline_rows`` are flagged as headlines, and the headline families share alpha
+    (:func:`ledger.analyses.metrics.control_headlines`); ``groups``: replicate groups for the noise floors."""
     flagged = set(headline_rows)
     rows: list[MetricRow] = []
     for provider in [*BUILTIN, *extra]:
         for metric in provider.build(runs_a, runs_b):
             row = compare_metric(metric, runs_a, runs_b, settings, groups)
             rows.append(replace(row, headline=row.name in flagged))
-    return rows
+    return control_headlines(rows, settings.alpha)

@@ -40,8 +40,16 @@ def _metrics(a: Sequence[Any], b: Sequence[Any]) -> list[metrics.Metric]:
 
 
 def _judge(runs_a: Sequence[Any], runs_b: Sequence[Any], groups: Sequence[Sequence[Any]] = ()) -> dict[str, str]:
-    return {m.spec.name: metrics.compare_metric(m, runs_a, runs_b, SETTINGS, groups).verdict
-            for m in _metrics(runs_a, runs_b)}
+    """The headline rows' verdicts as compare gives them: each row judged, then the headline families sharing
+    alpha (throughput and loss are attribution's headlines)."""
+    from dataclasses import replace
+
+    from ledger.analyses.attribution import BUILTIN_HEADLINES
+
+    heads = {h.metric for h in BUILTIN_HEADLINES}
+    rows = [replace(metrics.compare_metric(m, runs_a, runs_b, SETTINGS, groups), headline=m.spec.name in heads)
+            for m in _metrics(runs_a, runs_b)]
+    return {r.name: r.verdict for r in metrics.control_headlines(rows, SETTINGS.alpha)}
 
 
 def _side(rng: np.random.Generator, config: str, n: int, speed: float = 1.0) -> list[Any]:
@@ -80,12 +88,15 @@ def test_a_a_false_alarms_stay_at_alpha(per_side: int, floor: bool) -> None:
     rng = np.random.default_rng(100 + 10 * per_side + floor)
     n = 300
     alarms = dict.fromkeys(HEADLINES, 0)
+    pairs = 0  # pairs called different on any headline: what a user reading one comparison sees
     for _ in range(n):
         got = _judge(_side(rng, "a", per_side), _side(rng, "b", per_side), _floor_groups(rng) if floor else ())
         for name, verdict in got.items():
             assert verdict != "inconclusive"
             alarms[name] += verdict not in ("no significant difference", "identical")
+        pairs += any(v not in ("no significant difference", "identical") for v in got.values())
     bound = _binomial_upper(n, SETTINGS.alpha)
+    assert pairs / n <= bound, (pairs / n, bound)
     for name, count in alarms.items():
         assert count / n <= bound, (name, count / n, bound)
 
@@ -99,9 +110,10 @@ def test_a_planted_15_percent_throughput_change_is_found_with_3_vs_3_and_a_floor
         got = _judge(_side(rng, "a", 3), _side(rng, "b", 3, speed=1.15), _floor_groups(rng))
         found["tokens/s per device"] += got["tokens/s per device"] == "better"
         found["step time (median)"] += got["step time (median)"] == "better"
-    # the noncentral t gives 0.87 here (16 df); 0.80 is the project's floor
+    # speed is tested at 0.8 alpha = 0.04 (the loss beside it takes the rest): the noncentral t gives 0.85
+    # here (16 df); 0.80 is the issue's floor
     for name, count in found.items():
-        assert count / n >= max(0.80, _binomial_lower(n, 0.87)) - 1e-9, (name, count / n)
+        assert count / n >= max(0.80, _binomial_lower(n, 0.85)) - 1e-9, (name, count / n)
 
 
 def test_within_run_intervals_cover_the_mean_at_the_nominal_rate() -> None:
@@ -191,18 +203,18 @@ def test_end_to_end_a_a_pairs_and_planted_effects(chain: tuple[Path, int]) -> No
             # one run per side with the ledger's noise floor (other configurations' replicate groups)
             one = _compare(con, a, b, replicates=False)
             assert one["rows"]["tokens/s per device"].test == "t-test (noise floor)"
-            aa_one += any(one["rows"][h].verdict in ("better", "worse") for h in HEADLINES[:3])
+            aa_one += any(one["rows"][h].verdict in ("better", "worse") for h in HEADLINES)
             # 3 vs 3: compare takes the replicates of each named run from the ledger
             three = _compare(con, a, b)
             assert three["rows"]["tokens/s per device"].n == (3, 3)
-            aa_three += any(three["rows"][h].verdict in ("better", "worse") for h in HEADLINES[:3])
+            aa_three += any(three["rows"][h].verdict in ("better", "worse") for h in HEADLINES)
             found = _compare(con, a, p)
             planted += found["rows"]["tokens/s per device"].verdict == "better"
             assert len(found["comparison"].replicates["B"]) == 2
-    # speed false alarms (the three speed rows move together: one count per pair) and power
+    # false alarms on any headline (one count per pair, speed and loss) and power (at 0.04, see the engine)
     assert aa_one / pairs <= _binomial_upper(pairs, SETTINGS.alpha)
     assert aa_three / pairs <= _binomial_upper(pairs, SETTINGS.alpha)
-    assert planted / pairs >= _binomial_lower(pairs, 0.87)
+    assert planted / pairs >= _binomial_lower(pairs, 0.85)
     # the runs recorded under `ledger record` are replicates of each other, as compare sees them
     with index.reader(Ledger(ledger_dir)) as con:
         c0 = _compare(con, "c0-s0", "c1-s0")["comparison"]

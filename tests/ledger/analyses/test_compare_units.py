@@ -255,3 +255,59 @@ def test_svg_plots_are_well_formed() -> None:
     assert charts[0].count("<polyline") == 2 and "A &lt;run&gt;" in charts[0]
     assert max(len(p.split()) for p in ET.fromstring(charts[0]).iter("{http://www.w3.org/2000/svg}polyline")
                for p in [p.get("points") or ""]) <= svg.MAX_POINTS
+
+
+# ------------------------------------------------------------------------------- headlines share alpha
+def _called(name: str, family: str, p: float | None, verdict: str = "better", headline: bool = False) -> Any:
+    from ledger.analyses.metrics import MetricRow
+
+    return MetricRow(name, family, "", "higher", 1.0, 1.2, 0.2, 1.2, (1.1, 1.3), "ratio", p,
+                     None if p is None else "t-test", (3, 3), 0.05, "ratio", verdict, headline=headline)
+
+
+def _verdicts(tp: float | None, step: float, p90: float, loss: float, routing: float = 0.001) -> dict[str, str]:
+    from ledger.analyses.metrics import control_headlines
+
+    rows = [_called("tokens/s per device", "throughput", tp, "better" if tp is not None else "inconclusive",
+                    headline=True),
+            _called("step time (median)", "step time", step), _called("step time (p90)", "step time", p90),
+            _called("loss @ matched tokens", "loss", loss, "worse", headline=True),
+            _called("load CV", "routing", routing, "lower")]
+    return {r.name: r.verdict for r in control_headlines(rows, 0.05)}
+
+
+def test_headline_families_share_alpha_by_weighted_holm() -> None:
+    # speed weighs 4, the loss 1 (W = 5). By hand: p/w = 0.045/4 = 0.01125 for speed, 0.005 for the loss:
+    # the loss first, at 0.05 x 1/5 = 0.01 (0.005 passes); then speed alone at 0.05 (0.045 passes); the
+    # speed rows follow at the level speed met (0.05): 0.01 and 0.03 pass
+    assert _verdicts(0.045, 0.01, 0.03, 0.005) == {
+        "tokens/s per device": "better", "step time (median)": "better", "step time (p90)": "better",
+        "loss @ matched tokens": "worse", "load CV": "lower"}
+    # speed first (0.01125 < 0.02), at 0.05 x 4/5 = 0.04: 0.045 fails, so nothing in the headline families is
+    # significant; the routing row is not a headline and keeps its verdict at alpha
+    assert _verdicts(0.045, 0.01, 0.03, 0.02) == {
+        "tokens/s per device": "no significant difference", "step time (median)": "no significant difference",
+        "step time (p90)": "no significant difference", "loss @ matched tokens": "no significant difference",
+        "load CV": "lower"}
+    # speed at 0.04 (0.03 passes), then the loss at 0.05 (0.02 passes); a speed row above 0.04 is taken back
+    got = _verdicts(0.03, 0.045, 0.01, 0.02)
+    assert got["tokens/s per device"] == got["step time (p90)"] == "better" and got["loss @ matched tokens"] == "worse"
+    assert got["step time (median)"] == "no significant difference"
+    # an untested headline (one side unavailable): the first tested speed row stands for speed
+    got = _verdicts(None, 0.039, 0.045, 0.5)
+    assert got["tokens/s per device"] == "inconclusive" and got["step time (median)"] == "better"
+    assert got["step time (p90)"] == "no significant difference"  # above the 0.04 that step time met
+
+
+def test_a_verdict_taken_back_says_why() -> None:
+    from ledger.analyses.metrics import control_headlines
+
+    rows = [_called("tokens/s per device", "throughput", 0.045, headline=True),
+            _called("step time (median)", "step time", 0.01),
+            _called("loss @ matched tokens", "loss", 0.02, "worse", headline=True)]
+    tp, step, loss = control_headlines(rows, 0.05)
+    assert tp.note == ("not significant once the 2 headline families share alpha 0.05 (Holm, weighted): "
+                       "tokens/s per device p=0.045")
+    assert step.note == ("not significant once the 2 headline families share alpha 0.05 (Holm, weighted): "
+                         "its headline tokens/s per device is not significant (p=0.045)")
+    assert loss.verdict == "no significant difference" and "loss @ matched tokens p=0.02" in loss.note
