@@ -17,6 +17,7 @@ from ledger.analyses.attribution import (
     shapley,
 )
 from ledger.analyses.evidence import Floor
+from ledger.analyses.series import RunData
 
 E: frozenset[str] = frozenset()
 X, Y, Z = frozenset({"code"}), frozenset({"precision"}), frozenset({"router"})
@@ -179,3 +180,50 @@ def test_longest_paths_prefer_single_factor_steps() -> None:
     assert longest_paths(set(), full) == [[E, full]]
     all_orders = longest_paths({X, Y, Z, XY, X | Z, Y | Z}, full)
     assert len(all_orders) == math.factorial(3)
+
+
+def _gated_run(rid: str, log_time: float) -> RunData:
+    """A run whose first eval meeting the gate comes at step 30: its time to the gate is 30 step times,
+    exp(log_time) seconds."""
+    from datetime import UTC, datetime, timedelta
+
+    from schemas.receipt import QualityGate, Receipt, Task, Workload
+
+    start, step_s, n = datetime(2026, 11, 1, tzinfo=UTC), math.exp(log_time) / 30, 40
+    time = start.timestamp() + step_s * np.arange(1, n + 1)
+    gate = QualityGate(name="val-2.5", metric="loss", threshold=2.5, split="val")
+    receipt = Receipt(id=rid, run_uuid=rid, status="succeeded", started_at=start,
+                      ended_at=start + timedelta(seconds=n * step_s),
+                      workload=Workload(task=Task(dataset="d", quality_gates=(gate,))))
+    steps = {"step": np.arange(1, n + 1), "time": time, "step_time_s": np.full(n, step_s),
+             "tokens": 100.0 * np.arange(1, n + 1)}
+    evals = [{"step": s, "tokens": None, "split": "val", "source": None, "metric": "loss",
+              "value": 3.0 if s < 30 else 2.4} for s in (10, 20, 30, 40)]
+    return RunData(rid, receipt, steps, evals, {}, {})
+
+
+def test_time_to_gate_shares_take_their_intervals_from_the_replicates() -> None:
+    from scipy import stats as sps
+
+    from ledger.analyses.goodput_compare import TimeToGate
+
+    # log time to the gate: code -0.4, precision -0.3; every node 3 runs at mean -0.1, +0, +0.1 (SD 0.1)
+    means = {E: 0.0, X: -0.4, Y: -0.3, XY: -0.7}
+    nodes = {s: [_gated_run(f"{''.join(sorted(s)) or 'a'}{i}", 1.0 + m + d) for i, d in enumerate((-0.1, 0, 0.1))]
+             for s, m in means.items()}
+    lat = Lattice(("code", "precision"), {s: tuple(r.id for r in runs) for s, runs in nodes.items()}, frozenset())
+    att = attribute(lat, TimeToGate(), nodes, np.random.default_rng(5), 4000)
+    # (times are unix seconds, so the logs hold to about 1e-7)
+    assert att.total == pytest.approx(-0.7, abs=1e-6) and att.noise is not None and att.noise.df == 8
+    assert att.noise.sd == pytest.approx(0.1, rel=1e-5)
+    half = sps.t.ppf(0.975, 8) * 0.1 * math.sqrt(2 / 3)  # the total's interval: t(8) x SD x sqrt(1/3 + 1/3)
+    assert att.total_ci is not None and att.total_ci[1] - att.total_ci[0] == pytest.approx(2 * half, rel=0.06)
+    assert {s.factors[0]: round(s.share, 6) for s in att.shares} == {"code": -0.4, "precision": -0.3}
+    for s in att.shares:  # never a zero-width interval
+        assert s.ci is not None and s.ci[1] - s.ci[0] > 0.1 and s.verdict == "credited"
+    # one run per node and no floor: the shares are points, inconclusive, with no interval at all
+    single = {s: runs[1:2] for s, runs in nodes.items()}
+    lat1 = Lattice(("code", "precision"), {s: (r[0].id,) for s, r in single.items()}, frozenset())
+    one = attribute(lat1, TimeToGate(), single, np.random.default_rng(5), 500)
+    assert one.total_verdict == "inconclusive" and one.total_ci is None
+    assert all(s.ci is None and s.verdict == "inconclusive" for s in one.shares)

@@ -73,6 +73,11 @@ def test_a_learning_rate_reported_through_the_sdk_is_a_hyperparameter(tmp_path: 
     assert not c.same_config
     assert c.replicates == {"A": [c.catalog.entries[c.a.ids[1]].id], "B": []}  # x-s1 is x-s0's replicate
     assert c.catalog.entries[c.a.ids[1]].name == "x-s1"
+    # asked alone (nothing excluded as the other side), the other learning rate is still no replicate
+    from ledger.analyses.evidence import replicates_of
+    by_name = {e.name: e.id for e in c.catalog.entries.values()}
+    assert replicates_of(c.catalog, by_name["x-s0"]) == [by_name["x-s1"]]
+    assert replicates_of(c.catalog, by_name["y-s0"]) == []
 
 
 def test_unknown_command_line_arguments_are_a_cause_never_noise(tmp_path: Path) -> None:
@@ -86,6 +91,27 @@ def test_unknown_command_line_arguments_are_a_cause_never_noise(tmp_path: Path) 
     assert change.b == {"lr": "3e-3", "epochs": "3"}
     assert not c.same_config and c.replicates == {"A": [], "B": []}
     assert {r.verdict for r in c.metrics if r.name == "tokens/s per device"} == {"inconclusive"}
+    from ledger.analyses.evidence import replicates_of
+    assert replicates_of(c.catalog, c.a.ids[0]) == []  # asked alone too: another lr is another configuration
+
+
+def test_goodput_follows_the_between_run_rules(tmp_path: Path) -> None:
+    # goodput is a measurement like throughput, not a deterministic quantity: one run per side and no floor
+    # is inconclusive; with replicates it is a t test between runs
+    d = tmp_path / "receipts"
+    _publish(d, "x", 0)
+    _publish(d, "y", 0)
+    with index.reader(Ledger(d)) as con:
+        one = compare(con, Ref("x-s0"), Ref("y-s0"), CompareOptions(attribution=False))
+    row = next(r for r in one.metrics if r.name == "goodput")
+    assert row.a != row.b and row.verdict == "inconclusive" and row.p_value is None and row.n == (1, 1)
+    for seed in (1, 2):
+        _publish(d, "x", seed)
+        _publish(d, "y", seed)
+    with index.reader(Ledger(d)) as con:
+        three = compare(con, Ref("x-s0"), Ref("y-s0"), CompareOptions(attribution=False))
+    row = next(r for r in three.metrics if r.name == "goodput")
+    assert row.test == "t-test" and row.n == (3, 3) and row.df == 4 and row.p_value is not None
 
 
 @pytest.mark.parametrize("status", ["failed", "interrupted"])
