@@ -34,7 +34,14 @@ from ledger.analyses.attribution import (
 )
 from ledger.analyses.builtin_metrics import compare_all
 from ledger.analyses.diff import FactorDiff, check_task, factor_diff
-from ledger.analyses.evidence import HARDWARE, Floor, commands_for_replicates, floor_groups, learn_floor, replicates_of
+from ledger.analyses.evidence import (
+    Floor,
+    commands_for_replicates,
+    floor_groups,
+    learn_floor,
+    replicates_of,
+    stack_class,
+)
 from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
 from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, plugins
 from ledger.analyses.nodes import node_differences
@@ -66,7 +73,7 @@ class CompareOptions:
     replicates: bool = True
     """A one-receipt side also takes the ledger's replicates of it (same configuration, another seed)."""
     noise_floor: bool = True
-    """Use the noise floor learned from the ledger's replicate groups on the same hardware."""
+    """Use the noise floor learned from the ledger's replicate groups on the same hardware and drivers."""
     judge_same_config: bool = False
     """Judge A and B even when they are one configuration (A/A calibration); otherwise such a comparison
     reports them as replicates and gives no verdict beyond run-to-run noise."""
@@ -167,9 +174,9 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     runs_a, runs_b = [run(i) for i in side_a.ids], [run(i) for i in side_b.ids]
     floor_runs: list[list[RunData]] = []
     if options.noise_floor and judged:
-        hardware = {catalog[side_a.ids[0]].factors[HARDWARE], catalog[side_b.ids[0]].factors[HARDWARE]}
+        stacks = {stack_class(catalog[side_a.ids[0]]), stack_class(catalog[side_b.ids[0]])}
         floor_runs = [[load_run_cached(con, i, receipt(i)) for i in g]
-                      for g in floor_groups(catalog, hardware, side_a.ids + side_b.ids)]
+                      for g in floor_groups(catalog, stacks, side_a.ids + side_b.ids)]
     found = plugins() if options.plugins else Plugins()
     heads = headlines(found.headlines)
     rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads], floor_runs)
@@ -266,7 +273,8 @@ def _notes(diff: FactorDiff, same_config: bool, identical: bool, comparable: boo
         if ids:
             notes.append(f"{side} includes {len(ids)} replicate(s) from the ledger (identical but for the seed)")
     if any(r.verdict == INCONCLUSIVE for r in rows):
-        notes.append("inconclusive: one run per side and no noise floor on this hardware; a verdict between two "
+        notes.append("inconclusive: one run per side and no noise floor on this hardware and drivers; a verdict "
+                     "between two "
                      "configurations needs between-run variance (see next steps)")
     return notes
 

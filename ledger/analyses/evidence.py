@@ -7,7 +7,8 @@ Sources of that variance, in order:
 
 1. **replicates**: receipts identical to a side in every causal factor but the seed (other seeds, or the
    same seed run again), found in the ledger (:func:`replicates_of`); each side then holds several runs;
-2. **a noise floor**: the pooled variance of the replicate groups the ledger holds *on the same hardware*
+2. **a noise floor**: the pooled variance of the replicate groups the ledger holds *on the same hardware and
+   driver stack* (:data:`STACK_CLASS`)
    (:func:`floor_groups`, :func:`learn_floor`), stated with where it came from and how many runs it rests on;
 3. otherwise **inconclusive**: one run per side, and the commands that get the replicates
    (:func:`commands_for_replicates`).
@@ -29,6 +30,11 @@ import numpy as np
 from ledger.analyses.groups import SEED, Catalog, Entry
 
 HARDWARE = "hardware"
+DRIVERS = "drivers"
+STACK_CLASS = (HARDWARE, DRIVERS)
+"""The factors that make a run's stack class for the noise floor: the machine (GPU or CPU model and count,
+memory) and the driver stack below the framework (GPU driver, CUDA, NCCL, cuDNN). Run-to-run noise is a
+property of these; a floor learned on another machine or driver stack is not used."""
 MAX_FLOOR_GROUPS = 8
 """The floor uses at most this many replicate groups (the most recent)."""
 MAX_GROUP_RUNS = 4
@@ -50,10 +56,10 @@ class Floor:
     log_scale: bool
 
     def describe(self) -> str:
-        """e.g. 'noise floor 4.8% (SD between runs; 5 replicate groups, 14 runs, same hardware)'."""
+        """e.g. 'noise floor 4.8% (SD between runs; 5 replicate groups, 14 runs, same hardware and drivers)'."""
         size = f"{100 * self.sd:.2g}%" if self.log_scale else f"{self.sd:.3g}"
         return (f"noise floor {size} (SD between runs; {self.groups} replicate group{'s' * (self.groups != 1)}, "
-                f"{self.runs} runs, same hardware)")
+                f"{self.runs} runs, same hardware and drivers)")
 
     def to_json(self) -> dict[str, object]:
         return {"sd": self.sd, "df": self.df, "groups": self.groups, "runs": self.runs, "log_scale": self.log_scale}
@@ -76,14 +82,19 @@ def replicates_of(catalog: Catalog, receipt_id: str, exclude: Iterable[str] = ()
             if e.id not in skip and is_first_attempt(e) and e.config_key() == key]
 
 
-def floor_groups(catalog: Catalog, hardware: Iterable[str], exclude: Iterable[str] = ()) -> list[list[str]]:
-    """Replicate groups (2 or more runs of one configuration) on the given hardware factor values, excluding
-    ``exclude`` (the runs being compared: their own variance enters the test directly); the most recent
-    :data:`MAX_FLOOR_GROUPS`, each cut to its :data:`MAX_GROUP_RUNS` most recent runs."""
-    classes, skip = set(hardware), set(exclude)
+def stack_class(entry: Entry) -> tuple[str, ...]:
+    """The entry's values of the :data:`STACK_CLASS` factors."""
+    return tuple(entry.factors[f] for f in STACK_CLASS)
+
+
+def floor_groups(catalog: Catalog, stacks: Iterable[tuple[str, ...]], exclude: Iterable[str] = ()) -> list[list[str]]:
+    """Replicate groups (2 or more runs of one configuration) of the given stack classes (:func:`stack_class`),
+    excluding ``exclude`` (the runs being compared: their own variance enters the test directly); the most
+    recent :data:`MAX_FLOOR_GROUPS`, each cut to its :data:`MAX_GROUP_RUNS` most recent runs."""
+    classes, skip = set(stacks), set(exclude)
     by_config: dict[tuple[str, ...], list[Entry]] = defaultdict(list)
     for e in catalog.entries.values():  # oldest first (Catalog order)
-        if e.id in skip or not is_first_attempt(e) or e.factors[HARDWARE] not in classes:
+        if e.id in skip or not is_first_attempt(e) or stack_class(e) not in classes:
             continue
         by_config[e.config_key((SEED,))].append(e)
     groups = [members[-MAX_GROUP_RUNS:] for members in by_config.values() if len(members) >= 2]
@@ -120,4 +131,5 @@ def commands_for_replicates(a: str, b: str, rounds: int = 3) -> list[str]:
 
 __all__ = [
     "Floor", "commands_for_replicates", "floor_groups", "is_first_attempt", "learn_floor", "replicates_of",
+    "stack_class",
 ]

@@ -263,7 +263,7 @@ def _log_scale(spec: Spec, values: Sequence[float]) -> bool:
 def compare_metric(metric: Metric, runs_a: Sequence[RunData], runs_b: Sequence[RunData], settings: Settings,
                    groups: Sequence[Sequence[RunData]] = ()) -> MetricRow:
     """One row: both sides' values, delta, ratio, CI, test and verdict (see the module docstring). ``groups``
-    are the ledger's replicate groups on the same hardware, for the metric's noise floor."""
+    are the ledger's replicate groups on the same hardware and drivers, for the metric's noise floor."""
     spec = metric.spec
     threshold = settings.noise if settings.noise is not None and spec.scale == "ratio" else spec.threshold
     values = _per_run(metric, runs_a, runs_b)
@@ -337,7 +337,7 @@ def judge(spec: Spec, va: Sequence[float], vb: Sequence[float], settings: Settin
             return replace(_row(spec, a, b, None, None, None, None, n, threshold, verdict,
                                 None, note + ("; " if note else "") + "deterministic: judged by the threshold"),
                            **within)
-        why = "one run per side and no noise floor for this metric on this hardware: record replicates"
+        why = "one run per side and no noise floor for this metric on this hardware and drivers: record replicates"
         return replace(_row(spec, a, b, None, None, None, None, n, threshold, INCONCLUSIVE, why, note), **within)
     ci = (math.exp(test.ci[0]), math.exp(test.ci[1])) if log_scale else test.ci
     own = n[0] + n[1] - 2

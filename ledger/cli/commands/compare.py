@@ -125,7 +125,7 @@ def register(cli: click.Group) -> None:
 
         A and B are names, id prefixes, or --group TAG=VALUE (a replicate group: receipts identical but for
         the seed). A named receipt's replicates in the ledger join its side. Verdicts rest on the variance
-        between runs (replicates, else the noise floor the ledger learned on the same hardware); one run per
+        between runs (replicates, else the noise floor the ledger learned on the same hardware and drivers); one run per
         side is "inconclusive", with the commands that get replicates. Runs of different tasks are refused
         unless --allow-task-change.
 

@@ -20,6 +20,7 @@ from ledger.analyses.evidence import (
     is_first_attempt,
     learn_floor,
     replicates_of,
+    stack_class,
 )
 from ledger.analyses.groups import Catalog, Entry
 from schemas.factors import CAUSAL_FACTORS
@@ -50,7 +51,7 @@ def test_replicates_differ_in_the_seed_only() -> None:
     assert replicates_of(cat, "lr") == []
 
 
-def test_floor_groups_on_the_hardware_most_recent_first_and_cut() -> None:
+def test_floor_groups_on_the_stack_class_most_recent_first_and_cut() -> None:
     entries = [
         # config x on h1: 6 runs (the 4 most recent kept), latest at minute 50
         *[entry(f"x{i}", 10 * i, hardware="h1", code="x", seed=str(i)) for i in range(6)],
@@ -60,17 +61,22 @@ def test_floor_groups_on_the_hardware_most_recent_first_and_cut() -> None:
         entry("z0", 5, hardware="h1", code="z"),
         entry("w0", 1, hardware="h2", code="w"), entry("w1", 2, hardware="h2", code="w"),
         entry("y-failed", 80, hardware="h1", code="y", status="failed"),
+        # config v on h1 but another driver stack (NCCL, CUDA...): not this stack class
+        entry("v0", 90, hardware="h1", drivers="d2", code="v"), entry("v1", 91, hardware="h1", drivers="d2", code="v"),
     ]
     cat = Catalog(entries)
-    assert floor_groups(cat, ["h1"]) == [["y0", "y1"], ["x2", "x3", "x4", "x5"]]
-    assert floor_groups(cat, ["h1"], exclude=["y1", "x5"]) == [["x1", "x2", "x3", "x4"]]
-    assert floor_groups(cat, ["h1", "h2"])[-1] == ["w0", "w1"]
-    assert floor_groups(cat, ["h3"]) == []
+    h1, h2 = ("h1", "base"), ("h2", "base")  # (hardware, drivers)
+    assert stack_class(entries[0]) == h1
+    assert floor_groups(cat, [h1]) == [["y0", "y1"], ["x2", "x3", "x4", "x5"]]
+    assert floor_groups(cat, [h1], exclude=["y1", "x5"]) == [["x1", "x2", "x3", "x4"]]
+    assert floor_groups(cat, [h1, h2])[-1] == ["w0", "w1"]
+    assert floor_groups(cat, [("h1", "d2")]) == [["v0", "v1"]]
+    assert floor_groups(cat, [("h3", "base")]) == []
     assert MAX_GROUP_RUNS == 4
     # at most MAX_FLOOR_GROUPS groups, the most recent
     many = Catalog([entry(f"g{g}r{r}", g * 10 + r, hardware="h1", code=f"c{g}")
                     for g in range(MAX_FLOOR_GROUPS + 2) for r in range(2)])
-    got = floor_groups(many, ["h1"])
+    got = floor_groups(many, [h1])
     assert len(got) == MAX_FLOOR_GROUPS == 8
     assert got[0] == [f"g{MAX_FLOOR_GROUPS + 1}r0", f"g{MAX_FLOOR_GROUPS + 1}r1"] and got[-1] == ["g2r0", "g2r1"]
 
@@ -92,9 +98,10 @@ def test_the_floor_pools_within_group_variance_at_its_df_boundary() -> None:
 
 def test_floor_descriptions() -> None:
     two = Floor(0.048, 5, 2, 14, True)
-    assert two.describe() == "noise floor 4.8% (SD between runs; 2 replicate groups, 14 runs, same hardware)"
+    assert two.describe() == ("noise floor 4.8% (SD between runs; 2 replicate groups, 14 runs, same hardware and "
+                              "drivers)")
     one = Floor(0.1234, 3, 1, 4, False)
-    assert one.describe() == "noise floor 0.123 (SD between runs; 1 replicate group, 4 runs, same hardware)"
+    assert one.describe() == "noise floor 0.123 (SD between runs; 1 replicate group, 4 runs, same hardware and drivers)"
     assert one.to_json() == {"sd": 0.1234, "df": 3, "groups": 1, "runs": 4, "log_scale": False}
 
 

@@ -114,7 +114,7 @@ def test_one_run_per_side_without_a_floor_says_how_to_get_evidence() -> None:
     spec = Spec("x", "f", "u", "lower", 0.01, statistic="value")
     row = judge(spec, [1.0], [2.0], Settings(), 0.01, note="n")
     assert row.verdict == "inconclusive" and row.note == "n" and row.p_value is None and row.test is None
-    assert row.reason == ("one run per side and no noise floor for this metric on this hardware: record "
+    assert row.reason == ("one run per side and no noise floor for this metric on this hardware and drivers: record "
                           "replicates")
 
 
