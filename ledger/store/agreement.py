@@ -10,6 +10,7 @@ receipts they read (files and index, two receipts: cheap); ``ledger verify`` run
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -114,9 +115,10 @@ def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterab
             if not same:
                 out[receipt_id] = "receipt.json differs from its row in the index"
                 continue
+        base = str(ledger.path(receipt_id))  # found once per receipt, not once per file
         for artifact in indexed.get("artifacts") or ():
             try:
-                size = (ledger.path(receipt_id) / artifact["path"]).stat().st_size
+                size = os.stat(os.path.join(base, artifact["path"])).st_size
             except OSError:
                 out[receipt_id] = f"{artifact['path']} is gone"
                 break
