@@ -100,6 +100,11 @@ def _looks_like(png: bytes, lines: tuple[str, ...], page: str, only: bool = True
         assert _pixels(png, colour) < 20, f"the {page} page draws a {colour} line it should not"
 
 
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
 def _plots(b: Browser, at_least: int) -> int:
     n: int = b.wait_for(f"(function(){{var n=Array.from(document.querySelectorAll('div.plot')).filter("
                         f"function(d){{return d.querySelector('.main-svg');}}).length;return n>={at_least}?n:0;}})()")
@@ -113,8 +118,9 @@ def _rows(b: Browser) -> list[str]:
 
 
 def test_every_page_renders(site: dict[str, object]) -> None:
-    b, base, rows = site["browser"], site["base"], site["rows"]
-    assert isinstance(b, Browser) and isinstance(rows, dict)
+    b, base, rows, ledger = site["browser"], site["base"], site["rows"], site["ledger"]
+    assert isinstance(b, Browser) and isinstance(rows, dict) and isinstance(ledger, Path)
+    before = _files(ledger)
     ids = [rows[n]["id"] for n in STEPS]
 
     b.goto(f"{base}/")
@@ -150,6 +156,7 @@ def test_every_page_renders(site: dict[str, object]) -> None:
     assert not b.problems(), b.problems()
     outside = [u for u in b.requested() if not u.startswith((f"{base}/", "about:", "data:"))]
     assert not outside, outside
+    assert _files(ledger) == before  # read-only: browsing every page wrote nothing in the ledger
 
 
 def test_filter_sort_select_and_compare(site: dict[str, object]) -> None:
