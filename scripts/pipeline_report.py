@@ -2,7 +2,8 @@
 
 Writes OUT/compare.json (`ledger compare --json`), OUT/metrics.json (its metrics as flat keys such as
 ``tokens_per_s_per_device.a``: the DVC metric), OUT/compare.md (`--markdown`) and OUT/loss.csv (run, tokens,
-loss of every run: a DVC plot, one line per run), then prints the markdown. One process and one comparison
+loss of every run: a DVC plot, one line per run) and, once, OUT/plots.html (the page `dvc plots show` fills:
+Vega bundled, so it renders offline), then prints the markdown. One process and one comparison
 for all of it: the JSON and the Markdown are `ledger compare`'s own renderings of the same result (the
 command's default options; its check that files and index agree runs first).
 """
@@ -68,6 +69,50 @@ def flat_metrics(report: dict[str, object]) -> dict[str, float]:
     return out
 
 
+PLOTS_PAGE = """<!DOCTYPE html>
+<html>
+<head>
+    {refresh_tag}
+    <title>DVC Plot</title>
+    @SCRIPTS@
+    <style>
+        table {
+            border-spacing: 15px;
+        }
+    </style>
+</head>
+<body>
+    {plot_divs}
+</body>
+</html>
+"""
+"""The page `dvc plots show` writes (.dvc/config's plots.html_template points here): DVC's own page with
+Vega, Vega-Lite and Vega-Embed inline instead of its CDN script tags (no {scripts} placeholder)."""
+VEGA_LITE = "5.21"
+"""The Vega-Lite of DVC's templates and of scripts/plots/runs.json (their $schema is v5)."""
+
+
+def plots_page(path: Path) -> None:
+    """Write DVC's HTML template with the Vega libraries bundled by vl-convert-python (the `dvc` extra), so
+    the page `dvc plots show` writes renders offline; once (the bundle takes seconds to build). Without
+    vl-convert the page loads the libraries from DVC's CDN and says so."""
+    if path.exists():
+        return
+    try:
+        import vl_convert
+    except ImportError:
+        from dvc_render.vega import VegaRenderer
+
+        scripts = ("<!-- vl-convert-python is not installed (pip install 'stackreceipt[dvc]'): Vega comes from "
+                   f"DVC's CDN -->{VegaRenderer.SCRIPTS}")
+    else:
+        bundle = re.sub(r"</(script)", r"<\\/\1", vl_convert.javascript_bundle(vl_version=VEGA_LITE), flags=re.I)
+        scripts = (f"<script>/* Vega {vl_convert.get_vega_version()}, Vega-Lite {VEGA_LITE}, Vega-Embed "
+                   f"{vl_convert.get_vega_embed_version()}, bundled by vl-convert-python: no network needed */\n"
+                   f"{bundle}\n</script>")
+    path.write_text(PLOTS_PAGE.replace("@SCRIPTS@", scripts, 1))
+
+
 def main() -> None:
     global LEDGER_DIR
     parser = argparse.ArgumentParser(description=__doc__)
@@ -101,6 +146,7 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=["run", "tokens", "loss"])
         writer.writeheader()
         writer.writerows(rows)
+    plots_page(args.out / "plots.html")
     print(markdown)
 
 

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from chromium import Browser, find_chromium
 from conftest import BIN, ROOT, child_env
 from helpers import receipt_dir
 
@@ -34,6 +35,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (repo / "params.yaml").write_text(params)
     _sh(["git", "init", "-q"], repo)
     _sh([str(BIN / "dvc"), "init", "-q"], repo)
+    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")  # the project's: plots' offline page
     _sh(["git", "add", "-A"], repo)
     _sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pipeline"], repo)
     return repo
@@ -127,3 +129,28 @@ def test_readme_quickstart_after_the_demo(repo: Path, first_repro: str) -> None:
         if args[1] == "compare":
             assert "precision" in out
     assert (repo / "report.html").read_text().count("<svg") >= 3
+
+
+@pytest.mark.slow
+def test_dvc_plots_page_renders_offline(repo: Path, first_repro: str) -> None:
+    """The page `dvc plots show` writes carries Vega inline (the project's .dvc/config points DVC at the
+    template the pipeline writes): headless Chromium draws the loss plot from the file alone."""
+    find_chromium()
+    _sh([str(BIN / "dvc"), "plots", "show", "-o", "plots-page"], repo)
+    page = repo / "plots-page" / "index.html"
+    text = page.read_text()
+    assert "cdn.jsdelivr" not in text and "<script src" not in text
+    runs = {p.stem for p in (repo / "pipeline" / "runs").glob("*.id")}
+    b = Browser(repo / ".chromium")
+    try:
+        b.goto(page.as_uri())
+        lines = b.wait_for("document.querySelectorAll('.vega-embed svg.marks g.mark-line path').length")
+        assert lines == len(runs) == 6  # one line per run, drawn by the inline Vega
+        labels = b.evaluate("Array.from(document.querySelectorAll('.vega-embed svg.marks .role-legend-label text'))"
+                            ".map(function(t){return t.textContent;})")
+        assert runs <= set(labels)
+        assert not b.problems(), b.problems()
+        outside = [u for u in b.requested() if not u.startswith(("file:", "about:", "data:"))]
+        assert not outside, outside
+    finally:
+        b.close()

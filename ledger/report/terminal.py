@@ -52,8 +52,9 @@ def render(c: Comparison, console: Console | None = None) -> None:
     out.rule("metrics")
     table = Table(show_lines=False, box=None, pad_edge=False)
     for col in ("metric", "A", "B", "delta", "B/A", f"{100 * c.settings.level:g}% CI", "p", "runs", "min change",
-                "verdict"):
-        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+                "verdict"):  # names and verdicts wrap, and a word too long for its column folds: never cut
+        words = col in ("metric", "verdict")
+        table.add_column(col, justify="left" if words else "right", overflow="fold" if words else "ellipsis")
     family = None
     reasons: dict[str, int] = {}  # a reason is a numbered note under the table: the verdict column stays narrow
     for row in c.metrics:

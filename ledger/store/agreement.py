@@ -156,9 +156,10 @@ def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterab
             if not same:
                 out[receipt_id] = "receipt.json differs from its row in the index"
                 continue
+        base = str(ledger.path(receipt_id))  # found once per receipt, not once per file
         for artifact in indexed.get("artifacts") or ():
             try:
-                size = (ledger.path(receipt_id) / artifact["path"]).stat().st_size
+                size = os.stat(os.path.join(base, artifact["path"])).st_size
             except OSError:
                 out[receipt_id] = f"{artifact['path']} is gone"
                 break

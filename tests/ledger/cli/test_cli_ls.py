@@ -1,5 +1,5 @@
-"""`ledger ls` and `show` at the widths people use: whole short ids, wrapped names, human units, and
-`--sort`, `--limit`, `--columns`; `--json` keeps every field."""
+"""`ledger ls`, `show` and `compare` at the widths people use: whole short ids, wrapped names, whole
+verdicts, human units, and `--sort`, `--limit`, `--columns`; `--json` keeps every field."""
 
 from __future__ import annotations
 
@@ -36,12 +36,25 @@ def test_ls_fits_the_terminal_sorts_and_shows_units(runs, ledger_cli) -> None:
 
     best = json.loads(ledger_cli("ls", "--sort", "loss", "--limit", "1", "--json").stdout)
     assert [r["name"] for r in best] == ["short"] and set(best[0]) == set(runs[0])  # --json keeps every field
+    assert best[0]["tokens_per_s"] == 25600.0 and best[0]["final_loss"] == pytest.approx(4 / 40)  # raw, not 25.6k
     worst = json.loads(ledger_cli("ls", "--sort", "loss", "--desc", "--json").stdout)
     assert [r["name"] for r in worst] == [LONG, "short"]
     out = ledger_cli("ls", "--columns", "id,tok/s,loss", env={"COLUMNS": "100"}).stdout
     header = out.splitlines()[1].split()
     assert header == ["id", "tok/s", "loss"]
     assert "25.6k" in out  # the workload logs 25,600 tokens/s
+    # compare at 100 columns: every metric name and verdict whole (wrapped, a too long word folded; never cut to
+    # `inconclusi…` nor cropped at the edge): the verdict column's lines, joined, hold each verdict in order
+    metrics = json.loads(ledger_cli("compare", LONG, "short", "--json").stdout)["metrics"]
+    text = ledger_cli("compare", LONG, "short", env={"COLUMNS": "100"}).stdout
+    assert "…" not in text
+    lines = text.split(" metrics ", 1)[1].split("\n[1] ", 1)[0].splitlines()[1:]
+    start = lines[0].index("verdict")
+    assert lines[0].rstrip().endswith("verdict") and max(len(line) for line in lines) <= 100
+    column = "".join(line[start:].strip() for line in lines[1:])
+    at = 0
+    for m in metrics:
+        at = column.index(m["verdict"].replace(" ", ""), at)  # raises when a verdict is cut or out of order
     shown = ledger_cli("show", "short", env={"COLUMNS": "100"}).stdout
     assert "25.6k tok/s" in shown and re.search(r"\d(\.\d+)? [KMG]iB", shown)
     assert not re.search(r"\b\d{7,}\b(?! B\))", shown)  # no raw byte counts but the exact one in parentheses

@@ -6,6 +6,7 @@ progress shows up with its curve growing until it is published."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -15,9 +16,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from chromium import Browser, find_chromium
 from conftest import BIN, child_env
+from PIL import Image
 
 pytestmark = pytest.mark.slow  # real runs, a server and a browser: about 30 s for the module on a quiet machine
 
@@ -73,6 +76,35 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
         server.stderr.close()
 
 
+HEADER = "#1f2d3d"
+"""The page header's background (pages.CSS)."""
+LINES = ("#1f5fa8", "#c8372d", "#2a9d4b")
+"""The first three line colours of the web view (plots.PALETTE): one per run, in order."""
+
+
+def _pixels(png: bytes, colour: str, tolerance: int = 24) -> int:
+    """Pixels of a screenshot within ``tolerance`` (each channel) of ``colour``."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+    target = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    return int((np.abs(rgb - target).max(axis=2) <= tolerance).sum())
+
+
+def _looks_like(png: bytes, lines: tuple[str, ...], page: str, only: bool = True) -> None:
+    """The screenshot shows the header bar (1280 px wide, about 35 high) and a drawn line of each colour
+    (``only``: and no line of the other run colours)."""
+    assert _pixels(png, HEADER) > 1280 * 25, f"the {page} page has no header bar"
+    for colour in lines:
+        assert _pixels(png, colour) > 150, f"the {page} page draws no {colour} line"
+    for colour in set(LINES) - set(lines) if only else ():
+        assert _pixels(png, colour) < 20, f"the {page} page draws a {colour} line it should not"
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
 def _plots(b: Browser, at_least: int) -> int:
     n: int = b.wait_for(f"(function(){{var n=Array.from(document.querySelectorAll('div.plot')).filter("
                         f"function(d){{return d.querySelector('.main-svg');}}).length;return n>={at_least}?n:0;}})()")
@@ -86,10 +118,9 @@ def _rows(b: Browser) -> list[str]:
 
 
 def test_every_page_renders(site: dict[str, object]) -> None:
-    b, base, rows = site["browser"], site["base"], site["rows"]
-    assert isinstance(b, Browser) and isinstance(rows, dict)
-    b.goto("about:blank")
-    blank = len(b.screenshot())
+    b, base, rows, ledger = site["browser"], site["base"], site["rows"], site["ledger"]
+    assert isinstance(b, Browser) and isinstance(rows, dict) and isinstance(ledger, Path)
+    before = _files(ledger)
     ids = [rows[n]["id"] for n in STEPS]
 
     b.goto(f"{base}/")
@@ -117,12 +148,15 @@ def test_every_page_renders(site: dict[str, object]) -> None:
     b.goto(f"{base}/live")
     assert "No run in progress" in b.evaluate("document.body.textContent")
 
-    for page, png in shots.items():
-        assert png[:8] == b"\x89PNG\r\n\x1a\n"
-        assert len(png) > 3 * blank, f"the {page} page looks blank ({len(png)} bytes vs {blank} for a blank page)"
+    # what each screenshot should show: the table no plot line; the receipt its run's curves (first colour);
+    # the overlay three runs, one colour each
+    _looks_like(shots["table"], (), "table")
+    _looks_like(shots["receipt"], LINES[:1], "receipt")
+    _looks_like(shots["overlay"], LINES, "overlay")
     assert not b.problems(), b.problems()
     outside = [u for u in b.requested() if not u.startswith((f"{base}/", "about:", "data:"))]
     assert not outside, outside
+    assert _files(ledger) == before  # read-only: browsing every page wrote nothing in the ledger
 
 
 def test_filter_sort_select_and_compare(site: dict[str, object]) -> None:
@@ -150,6 +184,8 @@ def test_filter_sort_select_and_compare(site: dict[str, object]) -> None:
     assert b.evaluate("document.title") == "ledger compare: alpha vs beta"
     assert b.evaluate("document.querySelectorAll('svg').length") >= 5
     assert "training loss vs tokens" in b.evaluate("document.body.textContent")
+    shot = b.screenshot()  # the report's A (blue) and B (red) curves; html.A_COLORS[0], html.B_COLORS[0]
+    assert _pixels(shot, "#1f5fa8") > 150 and _pixels(shot, "#c8372d") > 150
 
 
 def test_user_text_is_escaped(site: dict[str, object]) -> None:
@@ -186,6 +222,7 @@ def test_a_run_in_progress_updates_until_published(site: dict[str, object]) -> N
                                f"return n>{first}?n:0;}})()"))
         assert later > first >= 1
         assert b.evaluate("document.querySelectorAll('#live-loss .main-svg').length") >= 1
+        _looks_like(b.screenshot(), LINES[:1], "live", only=False)  # its status line is red text
         href = b.wait_for("document.getElementById('done').getAttribute('href')", timeout=90)
         assert run.wait(timeout=60) == 0
         rows = json.loads(subprocess.run([str(BIN / "ledger"), "--ledger", str(ledger), "ls", "--json", "--where",
