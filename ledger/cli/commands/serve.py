@@ -43,7 +43,7 @@ def register(cli: click.Group) -> None:
         except ImportError as exc:
             raise BadInput(f"`ledger serve` needs the web extra ({exc.name} is missing): "
                            "pip install 'stackreceipt[web]'") from exc
-        ledger = ledger_from(ctx, ledger_path)
+        ledger = ledger_from(ctx, ledger_path, must_exist=True)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -65,5 +65,6 @@ def test_query_timeout_strict_json_and_a_missing_ledger(ledger_cli, ledger_dir, 
         raise AssertionError(f"invalid JSON constant {constant}")
 
     assert json.loads(out.stdout, parse_constant=refuse) == [{"n": None, "i": None, "x": 2.5}]
-    missing = ledger_cli("--ledger", str(tmp_path / "nonexistent"), "ls")
-    assert missing.returncode == 2 and "no ledger at" in missing.stderr
+    for command in (("ls",), ("serve", "--port", "0")):  # a mistyped ledger is an error, never an empty view
+        missing = ledger_cli("--ledger", str(tmp_path / "nonexistent"), *command)
+        assert missing.returncode == 2 and "no ledger at" in missing.stderr, command
