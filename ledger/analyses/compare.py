@@ -47,7 +47,7 @@ from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins,
 from ledger.analyses.nodes import node_differences
 from ledger.analyses.series import RunData, load_run, load_run_cached
 from ledger.jsonsafe import json_safe
-from schemas import Receipt
+from schemas import Factor, Receipt
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,10 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     diff = factor_diff(receipt(side_a.ids[0]), receipt(side_b.ids[0]), ignore=(SEED,) if groups else ())
     comparable = check_task(diff, options.allow_task_change)
     # a job whose nodes disagree is not one configuration: its metrics mix configurations (confounded)
-    within = {side.name: node_differences(receipt(side.ids[0])) for side in (side_a, side_b)}
+    def nodes_of(side: Side) -> list[tuple[Factor, str]]:  # over every run of the side, each finding once
+        return list(dict.fromkeys(d for rid in side.ids for d in node_differences(receipt(rid))))
+
+    within = {side.name: nodes_of(side) for side in (side_a, side_b)}
     same_config = not (set(diff.factors) - {SEED}) and not any(within.values())
     judged = not same_config or options.judge_same_config
     replicates: dict[str, list[str]] = {}
@@ -204,7 +207,7 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     notes = _notes(diff, same_config, identical, comparable, runs_a + runs_b, replicates, rows)
     within_sets: list[tuple[str, ...]] = []
     for side in (side_a, side_b):
-        differing = within[side.name]
+        differing = nodes_of(side)  # the replicates found since included
         if differing:
             within_sets.append(tuple(dict.fromkeys(f.value for f, _ in differing)))
             notes.append(f"the nodes of {side.name} ({_ref_text(side, catalog)}) differ: "

@@ -197,3 +197,20 @@ def test_a_slurm_job_id_or_rendezvous_port_is_bookkeeping_never_a_software_chang
     (change,) = t.diff.changed["software"]
     assert (change.path, change.a, change.b) == ("stack.environment", {"NCCL_ALGO": "Ring", "SLURM_NNODES": "2"},
                                                  {"NCCL_ALGO": "Tree", "SLURM_NNODES": "2"})
+
+
+def test_node_differences_are_found_in_every_run_of_a_side_the_replicates_included(tmp_path: Path) -> None:
+    """B is a clean one-node-stack receipt, but its replicate in the ledger (same configuration, another seed)
+    ran on nodes that disagree: B's side mixes configurations, and compare says so."""
+    from schemas.receipt import Drivers, NodeStack
+
+    d = tmp_path / "receipts"
+    cal.publish_run(d, cal.series(np.random.default_rng(1), "x", 0), name="agree")
+    cal.publish_run(d, cal.series(np.random.default_rng(2), "y", 0), name="clean")
+    nodes = (NodeStack(node_rank=0, hostname="gpu-000", drivers=Drivers(nccl="2.21.5")),
+             NodeStack(node_rank=1, hostname="gpu-001", drivers=Drivers(nccl="2.19.3")))
+    cal.publish_run(d, cal.series(np.random.default_rng(3), "y", 1), name="mixed", nodes=nodes)
+    c = _compare(d, "agree", "clean")
+    assert len(c.replicates["B"]) == 1 and c.catalog.entries[c.replicates["B"][0]].name == "mixed"
+    assert c.node_sets == [("drivers",)] and ("drivers",) in c.confounded_sets
+    assert any(n.startswith("the nodes of B (clean) differ: drivers: NCCL: 2.21.5 on node 0") for n in c.notes)
