@@ -17,7 +17,7 @@ Rules, in order of strength:
 What "looks secret" means for a name (a variable, a key, a flag): it is split into word parts (``_``,
 ``-``, ``.``, camelCase), and one part contains TOKEN (not TOKENS/TOKENIZER: counts and tokenizers), KEY,
 SECRET, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, COOKIE or AUTH (not AUTHOR/AUTHORITY), or is PASS, PWD or
-PW. Two exceptions
+PW (but not the shell's ``PWD`` and ``OLDPWD``, exactly so named: working directories). Two exceptions
 keep model hyper-parameters readable:
 
 * attention vocabulary: KEY directly after QUERY or before VALUE (``--num-key-value-heads``,
@@ -86,8 +86,15 @@ _AUTHOR = re.compile(r"[a-z]*author(?:s|ity)?")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]{1,6}|[0-9]*\.[0-9]+(?:e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+)", re.IGNORECASE)
 
 
+_SHELL_DIRECTORIES = frozenset({"PWD", "OLDPWD"})
+"""The shell's working directories: PWD here is not a password, and taking its value for a secret would redact
+the run's own directory from every path in the command and the log."""
+
+
 def _secret_words(name: str) -> set[str]:
     """The kinds of secret word in a name: subset of {'strong', 'auth', 'key', 'token'}; empty: harmless."""
+    if name in _SHELL_DIRECTORIES:
+        return set()
     parts = [p.lower() for p in _PARTS.findall(name)]
     if parts and parts[-1] in _DESCRIPTORS:
         return set()

@@ -31,3 +31,16 @@ def test_secrets_in_json_keys_are_redacted_as_well_as_values() -> None:
     doc = {"hf_abcdefghijklmnop": 1, "nested": {"db_secret": 1234, "layers": 4}, "list": ["hf_abcdefghijklmnop"]}
     out = redact_json(doc, r.text)
     assert out == {REDACTED: 1, "nested": {"db_secret": REDACTED, "layers": 4}, "list": [REDACTED]}
+
+
+def test_the_shells_working_directory_is_not_a_password() -> None:
+    from ledger.redact import looks_secret
+
+    # PWD and OLDPWD are where the shell is: taking them for passwords redacted the run's own directory from
+    # every path (`<redacted>/.venv/bin/python` in the command, which `ledger ab` then refused to rerun)
+    r = Redactor({"PWD": "/home/me/project", "OLDPWD": "/home/me/other", "DB_PWD": "hunter22"})
+    argv = r.argv(["/home/me/project/.venv/bin/python", "train.py", "--out", "/home/me/other/ckpt"])
+    assert argv == ["/home/me/project/.venv/bin/python", "train.py", "--out", "/home/me/other/ckpt"]
+    assert r.text("saved /home/me/project/ckpt, db hunter22") == f"saved /home/me/project/ckpt, db {REDACTED}"
+    assert not looks_secret("PWD") and not looks_secret("OLDPWD")
+    assert looks_secret("DB_PWD") and looks_secret("pwd") and looks_secret("MYSQL_PWD")  # still passwords
