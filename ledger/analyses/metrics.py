@@ -403,10 +403,10 @@ def control_headlines(rows: Sequence[MetricRow], alpha: float) -> list[MetricRow
             if row.verdict not in _CALLED or row.p_value is None:
                 continue
             if key not in level:
-                p = out[primary[key]].p_value if key in primary else None
+                head = out[primary[key]]  # a tested row (this one) puts its family in primary
                 why = (f"not significant once the {shown} headline families share alpha {alpha:g} (Holm, weighted): "
-                       + (f"{out[primary[key]].name} p={p:.3g}" if i == primary.get(key) or p is None else
-                          f"its headline {out[primary[key]].name} is not significant (p={p:.3g})"))
+                       + (f"{head.name} p={head.p_value:.3g}" if i == primary[key] else
+                          f"its headline {head.name} is not significant (p={head.p_value:.3g})"))
             elif row.p_value >= level[key]:
                 why = f"not significant at the level its headline met ({level[key]:.3g}; p={row.p_value:.3g})"
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -311,3 +312,10 @@ def test_a_verdict_taken_back_says_why() -> None:
     assert step.note == ("not significant once the 2 headline families share alpha 0.05 (Holm, weighted): "
                          "its headline tokens/s per device is not significant (p=0.045)")
     assert loss.verdict == "no significant difference" and "loss @ matched tokens p=0.02" in loss.note
+    # a follower exactly at the level its headline met is not below it; a note of its own is kept in front
+    rows = [_called("tokens/s per device", "throughput", 0.01, headline=True),
+            replace(_called("step time (median)", "step time", 0.04), note="median per step"),
+            _called("loss @ matched tokens", "loss", 0.5, "worse", headline=True)]
+    _, step, _ = control_headlines(rows, 0.05)
+    assert step.verdict == "no significant difference"
+    assert step.note == "median per step; not significant at the level its headline met (0.04; p=0.04)"
