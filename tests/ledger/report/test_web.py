@@ -92,10 +92,13 @@ def _pixels(png: bytes, colour: str, tolerance: int = 24) -> int:
 
 def _looks_like(png: bytes, lines: tuple[str, ...], page: str, only: bool = True) -> None:
     """The screenshot shows the header bar (1280 px wide, about 35 high) and a drawn line of each colour
-    (``only``: and no line of the other run colours)."""
+    (``only``: and no line of the other run colours). A colour counts from 100 pixels: in the overlay the
+    three runs' curves coincide (one configuration), the last run's line covers the others, and the first two
+    colours show in the five plots' legends alone (150 pixels each, 30 a legend; the threshold was 150 and
+    failed CI at exactly 150). That the overlay has three traces is asserted on the page's data."""
     assert _pixels(png, HEADER) > 1280 * 25, f"the {page} page has no header bar"
     for colour in lines:
-        assert _pixels(png, colour) > 150, f"the {page} page draws no {colour} line"
+        assert _pixels(png, colour) > 100, f"the {page} page draws no {colour} line"
     for colour in set(LINES) - set(lines) if only else ():
         assert _pixels(png, colour) < 20, f"the {page} page draws a {colour} line it should not"
 
