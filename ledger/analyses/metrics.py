@@ -379,20 +379,18 @@ def control_headlines(rows: Sequence[MetricRow], alpha: float) -> list[MetricRow
     for i, row in enumerate(out):
         if family(row) in families:
             families[family(row)].append(i)
-    primary: dict[str, int] = {}
+    primary: dict[str, int] = {}  # family -> the row of its primary test
+    p: dict[str, float] = {}  # family -> that test's p
     for key, members in families.items():
-        tested = [i for i in members if out[i].p_value is not None]
-        heads = [i for i in tested if out[i].headline]
+        tested = [(i, q) for i in members if (q := out[i].p_value) is not None]
         if tested:
-            primary[key] = (heads or tested)[0]
-    weight = {key: SPEED_WEIGHT if key == "speed" else 1.0 for key in primary}
+            primary[key], p[key] = next(((i, q) for i, q in tested if out[i].headline), tested[0])
     level: dict[str, float] = {}  # the level each rejected primary met
-    left = dict(weight)
+    left = {key: SPEED_WEIGHT if key == "speed" else 1.0 for key in primary}  # weights not yet rejected
     while left:
-        total = sum(left.values())
-        key = min(left, key=lambda k: (out[primary[k]].p_value or 1.0) / left[k])
-        cut = alpha * left[key] / total
-        if (out[primary[key]].p_value or 1.0) >= cut:
+        key = min(left, key=lambda k: p[k] / left[k])
+        cut = alpha * left[key] / sum(left.values())
+        if p[key] >= cut:
             break
         level[key] = cut
         del left[key]

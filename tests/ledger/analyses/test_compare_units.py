@@ -294,6 +294,8 @@ def test_headline_families_share_alpha_by_weighted_holm() -> None:
     got = _verdicts(0.03, 0.045, 0.01, 0.02)
     assert got["tokens/s per device"] == got["step time (p90)"] == "better" and got["loss @ matched tokens"] == "worse"
     assert got["step time (median)"] == "no significant difference"
+    # a p that underflows to 0.0 (a huge effect on tiny noise) is the most significant there is, not "untested"
+    assert _verdicts(0.0, 0.0, 0.0, 0.0)["tokens/s per device"] == "better"
     # an untested headline (one side unavailable): the first tested speed row stands for speed
     got = _verdicts(None, 0.039, 0.045, 0.5)
     assert got["tokens/s per device"] == "inconclusive" and got["step time (median)"] == "better"
