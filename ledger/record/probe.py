@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ledger.errors import BadInput
 from ledger.store.layout import ENV_RUN_DIR, PROBES_DIR, STACK_FILE, WRAPPER_FILE
 from ledger.store.merge import read_json
-from ledger.store.publish import write_json_atomic
+from ledger.store.publish import add_problems, write_json_atomic
 from schemas import Stack
 
 if TYPE_CHECKING:
@@ -156,20 +156,22 @@ def sample_while_running(target: Path, run_dir: Path) -> int | None:
         os._exit(code)
 
 
-def merge_probe_telemetry(run_dir: Path) -> list[str]:
+def merge_probe_telemetry(run_dir: Path) -> None:
     """Each probed node's telemetry into the run's, with the node's name in the ``node`` column (the
     wrapper's own rows named after the launching node, as :func:`ledger.record.nodes.runtime_merge` names
     it; that node's own probe is left out: the wrapper sampled it). Waits up to
-    :data:`SAMPLER_GRACE_S` for samplers still closing. Never raises: returns what went wrong, for the
-    receipt's problems (the wrapper's own rows are then kept as they were)."""
+    :data:`SAMPLER_GRACE_S` for samplers still closing. Never raises: what went wrong becomes one of the
+    receipt's problems (the wrapper's own rows are then kept as they were). Called by whoever publishes
+    (the wrapper, `ledger recover`), before publishing."""
     root = run_dir / PROBES_DIR
     if not root.is_dir():
-        return []
+        return
     try:
         _merge_probe_telemetry(run_dir, root)
     except Exception as exc:  # best effort: the run is published whatever happens here
-        return [f"the nodes' telemetry was not merged ({type(exc).__name__}: {exc})"]
-    return []
+        with contextlib.suppress(OSError):
+            add_problems(run_dir, [("telemetry", f"the nodes' telemetry was not merged ({type(exc).__name__}: "
+                                                 f"{exc})")])
 
 
 def _merge_probe_telemetry(run_dir: Path, root: Path) -> None:

@@ -7,7 +7,6 @@ directories of publishers that died are removed.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
 from ledger.store.jobs import is_job_dir
 from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
 from ledger.store.merge import read_json
-from ledger.store.publish import Outcome, StagingBusy, acquire_staging_lock, add_problems, publish
+from ledger.store.publish import Outcome, StagingBusy, acquire_staging_lock, publish
 from ledger.store.receipts import Ledger
 
 
@@ -83,8 +82,7 @@ def _recover_one(ledger: Ledger, run_dir: Path) -> Recovered:
             return Recovered(run_dir.name, "running", detail=f"its child (pid {facts['child_pid']}) still runs")
         outcome = _outcome(run_dir)
         _capture_if_missing(run_dir, facts)
-        with contextlib.suppress(OSError):  # the nodes `ledger probe` sampled, if any
-            add_problems(run_dir, [("telemetry", n) for n in merge_probe_telemetry(run_dir)])
+        merge_probe_telemetry(run_dir)  # the nodes `ledger probe` sampled, if any
         receipt = publish(ledger, run_dir, outcome, locked=True, runtime=runtime_merge(run_dir))
         return Recovered(run_dir.name, "published", receipt.id)
     finally:

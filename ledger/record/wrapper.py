@@ -239,8 +239,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         else:
             from ledger.record.probe import merge_probe_telemetry
 
-            with contextlib.suppress(OSError):  # the nodes `ledger probe` sampled, if any
-                add_problems(run_dir, [("telemetry", n) for n in merge_probe_telemetry(run_dir)])
+            merge_probe_telemetry(run_dir)  # the nodes `ledger probe` sampled, if any
             receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
                               runtime=runtime_merge(run_dir))
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
