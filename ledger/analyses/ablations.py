@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.analyses.diff import ENVIRONMENT, Change, causal_environment, diff_leaves
+from ledger.analyses.diff import Change, causal_value, diff_leaves
 from ledger.analyses.groups import Catalog, Entry
 from ledger.kv import recorded
 from schemas import Factor, leaves
@@ -74,7 +74,7 @@ def _flat(data: Mapping[str, Any]) -> dict[str, Any]:
         node: Any = data
         for part in path.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        out[path] = causal_environment(node) if path == ENVIRONMENT else node
+        out[path] = causal_value(path, node)
     return out
 
 

@@ -36,11 +36,12 @@ they are bookkeeping, never a software change. Sizes and settings (``SLURM_NNODE
 ``NCCL_*``...) stay causal."""
 
 
-def causal_environment(env: Any) -> Any:
-    """The environment leaf without the :data:`LAUNCH_INSTANCE` variables (other values as they are)."""
-    if not isinstance(env, Mapping):
-        return env
-    return {k: v for k, v in env.items() if not LAUNCH_INSTANCE.fullmatch(k)}
+def causal_value(path: str, value: Any) -> Any:
+    """A causal leaf's value as configurations are told apart: the environment without its
+    :data:`LAUNCH_INSTANCE` variables, any other leaf as it is."""
+    if path != ENVIRONMENT or not isinstance(value, Mapping):
+        return value
+    return {k: v for k, v in value.items() if not LAUNCH_INSTANCE.fullmatch(k)}
 
 
 def launch_instance(env: Any) -> dict[str, Any]:
@@ -95,13 +96,6 @@ class FactorDiff:
 _FACTORS = dict(leaves())
 
 
-def causal_leaves(receipt: Receipt) -> dict[str, Any]:
-    """Every causal leaf of a receipt (record fields dropped, the environment without its launch-instance
-    variables): path -> JSON-able value."""
-    return {p: causal_environment(v) if p == ENVIRONMENT else v for p, v in flatten(receipt).items()
-            if _FACTORS[p] is not Factor.RECORD}
-
-
 def diff_leaves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
     """The leaves whose values differ (a missing leaf counts as None)."""
     return [Change(p, a.get(p), b.get(p)) for p in sorted(set(a) | set(b), key=_order(a, b)) if a.get(p) != b.get(p)]
@@ -124,7 +118,7 @@ def factor_diff(a: Receipt, b: Receipt, ignore: Iterable[str] = ()) -> FactorDif
     if instance_a != instance_b:  # shown with the bookkeeping, never a cause
         record.append(Change(f"{ENVIRONMENT} (launch instance)", instance_a, instance_b))
     for flat in (flat_a, flat_b):
-        flat[ENVIRONMENT] = causal_environment(flat.get(ENVIRONMENT))
+        flat[ENVIRONMENT] = causal_value(ENVIRONMENT, flat.get(ENVIRONMENT))
     for change in diff_leaves(flat_a, flat_b):
         factor = _FACTORS[change.path]
         if factor is Factor.RECORD:

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from ledger.analyses.diff import ENVIRONMENT, causal_environment
+from ledger.analyses.diff import causal_value
 from ledger.errors import BadInput
 from ledger.kv import pair
 from ledger.store.attempts import LogicalRun, root_of, run_of
@@ -72,7 +72,7 @@ def factor_keys(data: Mapping[str, Any]) -> dict[str, str]:
         for part in parts:
             node = node.get(part) if isinstance(node, dict) else None
         path = ".".join(parts)
-        by_factor[factor][path] = causal_environment(node) if path == ENVIRONMENT else node
+        by_factor[factor][path] = causal_value(path, node)
     return {f: json.dumps(v, sort_keys=True, separators=(",", ":")) for f, v in by_factor.items()}
 
 
