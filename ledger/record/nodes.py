@@ -184,13 +184,9 @@ def merge_runtime_nodes(stack: Stack, facts_by_rank: Mapping[int, Mapping[str, A
 def runtime_merge(run_dir: Path) -> Callable[[Stack, Mapping[int, Mapping[str, Any]]], tuple[Stack, list[str]]]:
     """The runtime merge for publishing one staging directory: :func:`merge_runtime_nodes` with the node
     probes `ledger probe` left in it."""
-    from ledger.record.probe import read_probes
-    from ledger.store.layout import WRAPPER_FILE
-    from ledger.store.merge import read_json
+    from ledger.record.probe import launching_node, read_probes
 
-    facts, _ = read_json(run_dir / WRAPPER_FILE)
-    name = facts.get("node_name") if isinstance(facts, dict) else None
-    return partial(merge_runtime_nodes, probes=read_probes(run_dir), launching=name if isinstance(name, str) else None)
+    return partial(merge_runtime_nodes, probes=read_probes(run_dir), launching=launching_node(run_dir))
 
 
 # --------------------------------------------------------------------------------------- differences

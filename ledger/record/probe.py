@@ -156,6 +156,18 @@ def sample_while_running(target: Path, run_dir: Path) -> int | None:
         os._exit(code)
 
 
+def launching_node(run_dir: Path) -> str | None:
+    """The name of the node the wrapper ran on, as its ranks and `ledger probe` name it: its Slurm node name
+    (``node_name`` in wrapper.json), else the host name of its stack, else the wrapper's host."""
+    facts, _ = read_json(run_dir / WRAPPER_FILE)
+    stack, _ = read_json(run_dir / STACK_FILE)
+    facts = facts if isinstance(facts, dict) else {}
+    hardware = stack.get("hardware") if isinstance(stack, dict) else None
+    host = hardware.get("hostname") if isinstance(hardware, dict) else None
+    name = facts.get("node_name") or host or facts.get("host")
+    return name if isinstance(name, str) else None
+
+
 def merge_probe_telemetry(run_dir: Path) -> None:
     """Each probed node's telemetry into the run's, with the node's name in the ``node`` column (the
     wrapper's own rows named after the launching node, as :func:`ledger.record.nodes.runtime_merge` names
@@ -184,10 +196,7 @@ def _merge_probe_telemetry(run_dir: Path, root: Path) -> None:
     deadline = time.monotonic() + SAMPLER_GRACE_S
     while any(root.glob(f"*/{SAMPLING_FILE}")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    stack, _ = read_json(run_dir / STACK_FILE)
-    facts, _ = read_json(run_dir / WRAPPER_FILE)
-    hardware = stack.get("hardware") if isinstance(stack, dict) else None
-    launching = (facts or {}).get("node_name") or (hardware or {}).get("hostname") or (facts or {}).get("host")
+    launching = launching_node(run_dir)
     parts = []
     for name, node in sorted(read_probes(run_dir).items()):
         if name != launching:
@@ -244,5 +253,5 @@ def describe(path: Path | None) -> str:
     return f"ledger probe: node {facts['node_name']} (node rank {facts['node_rank']}) probed into {path}"
 
 
-__all__ = ["ProbedNode", "describe", "merge_probe_telemetry", "node_identity", "probe", "probe_dir", "read_probes",
-           "sample_while_running"]
+__all__ = ["ProbedNode", "describe", "launching_node", "merge_probe_telemetry", "node_identity", "probe", "probe_dir",
+           "read_probes", "sample_while_running"]
