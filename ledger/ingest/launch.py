@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at
+from ledger.ingest.worker import ParseWorker, WorkerFailed
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -106,9 +108,18 @@ def live_capture(parse: str | None) -> LineCapture:
     return LineCapture()
 
 
+def live_parser(parse: str | None) -> LineCapture | ParseWorker:
+    """:func:`live_capture` in a process of its own (:class:`ledger.ingest.worker.ParseWorker`), or in this one
+    where a process cannot be forked. Call it before starting any thread: it forks."""
+    try:
+        return ParseWorker(partial(live_capture, parse))
+    except OSError:
+        return live_capture(parse)
+
+
 # ------------------------------------------------------------------------------------------ finish
 def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None,
-           live: LineCapture | None = None) -> str:
+           live: LineCapture | ParseWorker | None = None) -> str:
     """Fill the staging directory's missing metric tables from the launch's output and files; returns the
     sentence to print. ``live``: the output's parser, fed while the launch ran (:func:`live_capture`);
     None: ``output.log`` is read now."""
@@ -133,7 +144,8 @@ def _read_facts(run_dir: Path) -> dict[str, Any]:
     return data or {}
 
 
-def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions, live: LineCapture | None) -> str:
+def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions,
+            live: LineCapture | ParseWorker | None) -> str:
     from ledger.ingest.live import looks_like_megatron
 
     facts = _read_facts(run_dir)
@@ -147,10 +159,16 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
         pass
     else:
         pattern = compile_pattern(options.parse) if options.parse else None
+        if live is not None:
+            try:
+                live.close()
+            except WorkerFailed as exc:  # the parser process died: the log is read here instead
+                notes.append((LOG_FILE, f"{exc}; the log was parsed after the launch instead"))
+                live = None
         if live is not None or log.exists():
+            scan: LineCapture | ParseWorker
             if live is not None:
                 scan = live
-                scan.close()
             else:
                 scan = live_capture(options.parse)
                 scan.feed_file(log)

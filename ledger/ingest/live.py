@@ -30,6 +30,8 @@ from schemas import Workload
 
 SNIFF_LINES = 20_000
 """Lines of the log read to recognise Megatron output when the command does not say so."""
+SNIFF_BYTES = 8 << 20
+"""Bytes of the log searched at once for the word ``iteration`` before its lines are read one by one."""
 
 
 def capture_root(run_dir: Path) -> Path:
@@ -66,6 +68,11 @@ def looks_like_megatron(command: Sequence[str], log_path: Path) -> bool:
     if is_megatron_command(command):
         return True
     if not log_path.exists():
+        return False
+    with log_path.open("rb") as f:  # the sniffed lines without the word: no line to look at one by one
+        head = f.read(SNIFF_BYTES)
+        whole = not f.read(1)
+    if b"iteration" not in head and (whole or head.count(b"\n") >= SNIFF_LINES):
         return False
     for lineno, raw, _ in numbered_lines(log_path):
         if lineno > SNIFF_LINES:

@@ -1,7 +1,8 @@
 """Fault injection for the crash-matrix tests: ``LEDGER_FAULT_AT=<phase>`` makes the wrapper SIGKILL
 itself when it reaches that phase. Phases, in order: prelaunch, launched, running, finalizing,
 publishing (receipt built, not yet visible), published (visible, staging not yet removed), indexing; and
-``exporting``: `ledger export` with its metric tables written, its receipts table not yet."""
+``exporting``: `ledger export` with its metric tables written, its receipts table not yet; ``parser``: the
+wrapper's output parser process (:mod:`ledger.ingest.worker`) kills itself after its first batch."""
 
 from __future__ import annotations
 

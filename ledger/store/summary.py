@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,25 +15,33 @@ def warmup_cut(n: int) -> int:
     return 0 if n <= 1 else max(1, n // 10)
 
 
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    """The column's values as float64 in row order, nulls left out (NaN and infinities kept)."""
+    return np.asarray(pc.drop_null(column).to_numpy(), dtype=np.float64)
+
+
 def _median_after_warmup(column: pa.ChunkedArray) -> float | None:
-    values = [v for v in column.to_pylist() if v is not None and math.isfinite(v)]
+    """The median of the finite values in row order after the warm-up cut (:func:`warmup_cut` of their count)."""
+    values = _floats(column)
+    values = values[np.isfinite(values)]
     values = values[warmup_cut(len(values)) :]
-    if not values:
+    if not len(values):
         return None
-    values.sort()
-    mid = len(values) // 2
-    return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    return float(np.median(values))
 
 
 def summarize(
     tables: dict[str, pa.Table], energy_j: float | None = None, energy_method: str = "not measured"
 ) -> Summary:
     """The receipt's summary from its tables (steps of rank 0, or of the lowest rank that logged)."""
-    steps = tables["steps"]
+    steps = tables["steps"].select(["rank", "step", "tokens", "loss", "tokens_per_s", "step_time_s"])
     if steps.num_rows:
         lowest = pc.min(steps["rank"]).as_py()
-        steps = steps.filter(pc.equal(steps["rank"], lowest))
-        steps = steps.sort_by([("step", "ascending")])
+        if pc.max(steps["rank"]).as_py() != lowest:
+            steps = steps.filter(pc.equal(steps["rank"], lowest))
+        order = _floats(steps["step"])
+        if len(order) > 1 and not (order[1:] >= order[:-1]).all():  # already in step order: most logs
+            steps = steps.sort_by([("step", "ascending")])
     last = steps.slice(steps.num_rows - 1) if steps.num_rows else None
     evals = tables["evals"]
     final_eval: dict[str, float] = {}
@@ -58,9 +65,7 @@ def summarize(
         peak_memory_bytes=max(memory) if memory else None,
         energy_j=finite_or_none(energy_j),
         energy_method=energy_method if finite_or_none(energy_j) is not None else "not measured",
-        nonfinite_steps=sum(
-            1 for v in steps["loss"].to_pylist() if v is not None and not math.isfinite(v)
-        ),
+        nonfinite_steps=int((~np.isfinite(_floats(steps["loss"]))).sum()),
         evals=evals.num_rows,
         routing_rows=tables["routing"].num_rows,
     )

@@ -1,0 +1,58 @@
+"""The receipt summary's headline figures, against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+
+from ledger.store.summary import summarize, warmup_cut
+from schemas.tables import TABLES
+
+
+def _tables(steps: dict[str, list[object]]) -> dict[str, pa.Table]:
+    tables = {name: schema.empty_table() for name, schema in TABLES.items()}
+    n = len(steps["step"])
+    columns = {f.name: steps.get(f.name, [None] * n) for f in TABLES["steps"]}
+    tables["steps"] = pa.table(columns, schema=TABLES["steps"])
+    return tables
+
+
+def test_medians_skip_warmup_nulls_and_nonfinite_values() -> None:
+    # rank 0: 11 steps given out of order; step 3's throughput is null, step 5's is NaN: 9 finite values remain,
+    # the warm-up cut drops the first (step 1's, 1000.0), the median of the other 8 (steps 2, 4, 6..11) is
+    # the mean of the 4th and 5th of 20, 40, 60, 70, 80, 90, 100, 110 -> (70 + 80) / 2 = 75.
+    order = [11, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    tps = {1: 1000.0, 2: 20.0, 3: None, 4: 40.0, 5: math.nan, 6: 60.0, 7: 70.0, 8: 80.0, 9: 90.0, 10: 100.0,
+           11: 110.0}
+    loss = {s: (math.inf if s == 4 else math.nan if s == 9 else None if s == 2 else 3.0 - s / 10) for s in order}
+    # rank 1 logs other values; the summary reads the lowest rank only
+    steps = {
+        "rank": [0] * 11 + [1] * 3,
+        "step": order + [1, 2, 3],
+        "loss": [loss[s] for s in order] + [9.0, 9.0, 9.0],
+        "tokens_per_s": [tps[s] for s in order] + [1.0, 1.0, 1.0],
+        "step_time_s": [0.5 if s % 2 else 0.25 for s in order] + [7.0, 7.0, 7.0],
+        "tokens": [s * 100 for s in order] + [1, 2, 3],
+    }
+    summary = summarize(_tables(steps))
+    assert summary.steps == 11
+    assert summary.last_step == 11
+    assert summary.tokens == 1100
+    assert summary.final_loss == 3.0 - 1.1
+    assert summary.tokens_per_s == 75.0
+    # step times of steps 2..11 (step 1 cut): 0.25 x 5 (even), 0.5 x 5 (odd: 3, 5, 7, 9, 11) -> (0.25 + 0.5) / 2
+    assert summary.step_time_s == 0.375
+    assert summary.nonfinite_steps == 2  # step 4 (inf) and step 9 (NaN); step 2's null is no value
+    assert warmup_cut(9) == 1 and warmup_cut(1) == 0
+
+
+def test_odd_count_median_and_no_values() -> None:
+    steps = {"rank": [0, 0, 0, 0], "step": [1, 2, 3, 4], "tokens_per_s": [5.0, 30.0, 10.0, 20.0],
+             "step_time_s": [None, None, None, None]}
+    summary = summarize(_tables(steps))
+    assert summary.tokens_per_s == 20.0  # 30, 10, 20 after the cut of one: the middle of 10, 20, 30
+    assert summary.step_time_s is None
+    assert summary.nonfinite_steps == 0
+    empty = summarize(_tables({"step": []}))
+    assert empty.steps == 0 and empty.tokens_per_s is None and empty.final_loss is None
