@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import os
 import pickle
+import select
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,9 @@ from ledger.store.faults import fault
 _F_SETPIPE_SZ = 1031
 PIPE_BYTES = 1 << 20
 """Capacity asked for the pipe to the worker (Linux: ``F_SETPIPE_SZ``), as the tee's pipes."""
+STALL_S = 300.0
+"""Seconds the wrapper waits for a worker that takes no output or sends no result: then it is stopped and the log
+is parsed after the launch instead (a parser that never ends must not hold the run back from its receipt)."""
 NICE = 10
 """How much lower the worker's priority is than the wrapper's: the launch and the pumps come first."""
 
@@ -64,17 +68,24 @@ class ParseWorker:
             _serve(factory, data_r, result_w, keep=(data_r, result_w))
         os.close(data_r)
         os.close(result_w)
+        os.set_blocking(data_w, False)
         self.pid = pid
         self._data = data_w
         self._result_fd = result_r
         self._result: Result | None = None
+        self._reaped = False
 
     def feed(self, data: bytes) -> None:
-        """Send a batch of whole lines (blocks while the worker is a pipe's worth behind)."""
+        """Send a batch of whole lines (waits while the worker is a pipe's worth behind, up to
+        :data:`STALL_S`)."""
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._data, view):]
+                try:
+                    view = view[os.write(self._data, view):]
+                except BlockingIOError:
+                    if not select.select([], [self._data], [], STALL_S)[1]:
+                        raise WorkerFailed(f"the output's parser process took no output for {STALL_S:g} s") from None
         except OSError as exc:  # a worker that died: the tee stops feeding it
             raise WorkerFailed(f"the output's parser process ended: {exc.strerror or exc}") from exc
 
@@ -82,15 +93,26 @@ class ParseWorker:
         """End of output: wait for the worker's result (raises :class:`WorkerFailed` without one)."""
         if self._result is not None:
             return
+        if self._result_fd < 0:
+            raise WorkerFailed("the output's parser process was stopped")
         if self._data >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._data)
             self._data = -1
+        chunks: list[bytes] = []
         try:
-            with os.fdopen(self._result_fd, "rb") as f:
-                payload = f.read()
+            while select.select([self._result_fd], [], [], STALL_S)[0]:
+                chunk = os.read(self._result_fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            else:
+                self.abandon()
+                raise WorkerFailed(f"the output's parser process sent nothing for {STALL_S:g} s")
         finally:
+            self._close_fds()
             self._reap()
+        payload = b"".join(chunks)
         try:
             result = pickle.loads(payload)  # from the wrapper's own fork: trusted
         except Exception as exc:
@@ -101,17 +123,24 @@ class ParseWorker:
 
     def abandon(self) -> None:
         """Stop the worker without waiting for a result (the wrapper gave up on it)."""
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
-        for fd in (self._data, self._result_fd):
+        if not self._reaped:
             with contextlib.suppress(OSError):
-                os.close(fd)
-        self._data = -1
+                os.kill(self.pid, signal.SIGKILL)
+        self._close_fds()
         self._reap()
 
+    def _close_fds(self) -> None:
+        for fd in (self._data, self._result_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._data = self._result_fd = -1
+
     def _reap(self) -> None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        if not self._reaped:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self._reaped = True
 
     @property
     def result(self) -> Result:

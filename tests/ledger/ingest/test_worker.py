@@ -51,11 +51,29 @@ def test_same_rows_as_in_process() -> None:
         os.waitpid(worker.pid, os.WNOHANG)
 
 
+def _open_files(pid: int) -> set[str]:
+    fds = Path(f"/proc/{pid}/fd")
+    out = set()
+    for fd in fds.iterdir():
+        try:
+            out.add(os.readlink(fd))
+        except OSError:
+            pass
+    return out
+
+
 def test_worker_holds_nothing_of_the_wrapper(tmp_path: Path) -> None:
     lock = open(tmp_path / "staging.lock", "w")  # noqa: SIM115 - held across the fork on purpose
     fcntl.flock(lock, fcntl.LOCK_EX)
     worker = ParseWorker(lambda: live_capture(None))
     try:
+        import time
+
+        path = str(tmp_path / "staging.lock")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and path in _open_files(worker.pid):  # the fork closes what it inherited
+            time.sleep(0.02)
+        assert path not in _open_files(worker.pid)
         lock.close()  # the wrapper lets go: nobody else may hold it now
         other = open(tmp_path / "staging.lock", "w")  # noqa: SIM115
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if the worker kept a copy
@@ -94,3 +112,32 @@ def test_record_keeps_the_metrics_when_the_parser_dies(tmp_path: Path) -> None:
     assert receipt["summary"]["steps"] == 400 and receipt["summary"]["final_loss"] == 0.0025
     problems = " ".join(p["message"] for p in receipt["problems"])
     assert "parser process" in problems and "parsed after the launch" in problems
+
+
+class _Hangs(LineCapture):
+    """A parser that never finishes its last step (as a bug in a format could)."""
+
+    def close(self) -> None:
+        import time
+
+        time.sleep(3600)
+
+
+def test_a_stuck_worker_does_not_hold_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import ledger.ingest.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "STALL_S", 0.5)
+    stuck = ParseWorker(lambda: time.sleep(3600))  # type: ignore[arg-type,return-value]
+    with pytest.raises(WorkerFailed, match="took no output"):
+        _feed(stuck, _log(2000) * 8, size=1 << 20)
+    stuck.abandon()
+    with pytest.raises(WorkerFailed):
+        stuck.close()
+    hangs = ParseWorker(_Hangs)
+    _feed(hangs, _log(50))
+    with pytest.raises(WorkerFailed, match="sent nothing"):
+        hangs.close()
+    with pytest.raises(ChildProcessError):  # killed and reaped
+        os.waitpid(hangs.pid, os.WNOHANG)
