@@ -22,6 +22,7 @@ import os
 import pickle
 import select
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,9 @@ class ParseWorker:
 
     def __init__(self, factory: Callable[[], LineCapture]) -> None:
         """``factory``: builds the capture in the worker (:func:`ledger.ingest.launch.live_capture`)."""
+        if threading.active_count() > 1:  # a thread may hold the import lock at the fork: import now what the
+            import pyarrow.compute  # noqa: F401  # fork would (alone, as in `ledger record`, it imports them
+            import re2  # noqa: F401  # itself, on its own core)
         data_r, data_w = os.pipe()
         result_r, result_w = os.pipe()
         with contextlib.suppress(OSError):

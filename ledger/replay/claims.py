@@ -157,11 +157,14 @@ def claim(ledger: Ledger, a: str, b: str, at: str | None = None, *, replay_outpu
     from ledger.replay.rerun import rebuild_command
     from ledger.replay.scale import parse_scale
     from ledger.store import index
+    from ledger.store.agreement import check_involved
     from ledger.store.integrity import check_intact
 
     change = parse_scale(at) if at else None
     with index.reader(ledger) as con:
-        first = to_json(compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False)))
+        result = compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False))
+        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
+        first = to_json(result)
     original = state(first, a, b)
     if change is None or not original.supported:
         return ClaimCheck(original)
@@ -176,7 +179,9 @@ def claim(ledger: Ledger, a: str, b: str, at: str | None = None, *, replay_outpu
                 raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
             replayed.setdefault(ref, []).append(result.receipt.id)
     with index.reader(ledger) as con:
-        second = to_json(compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]), CompareOptions(plugins=False)))
+        result = compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]), CompareOptions(plugins=False))
+        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])
+        second = to_json(result)
     scaled = state(second, f"{a}@{change}", f"{b}@{change}")
     ok, why = holds(original, scaled)
     return ClaimCheck(original, str(change), scaled, ok, why, tuple(i for ids in replayed.values() for i in ids))

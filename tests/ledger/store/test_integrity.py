@@ -138,6 +138,8 @@ def test_tampered_index_is_named_by_verify_and_refused_by_compare(ledger3, ledge
         assert f"{victim[:12]} index.duckdb: {message}" in out.stdout, out.stdout
     refused = ledger_cli("compare", a, b, "--json")
     assert refused.returncode == 1 and "index.duckdb: table steps" in refused.stderr
+    refused = ledger_cli("claim", a, b, "--json")  # a claim is a comparison too: no claim from a tampered index
+    assert refused.returncode == 1 and "index.duckdb: table steps" in refused.stderr
     assert ledger_cli("reindex").returncode == 0
     assert ledger_cli("verify").returncode == 0
 
