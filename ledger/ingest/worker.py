@@ -67,7 +67,12 @@ class ParseWorker:
         result_r, result_w = os.pipe()
         with contextlib.suppress(OSError):
             fcntl.fcntl(data_w, _F_SETPIPE_SZ, PIPE_BYTES)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (data_r, data_w, result_r, result_w):
+                os.close(fd)
+            raise
         if pid == 0:  # the worker: never returns
             _serve(factory, data_r, result_w, keep=(data_r, result_w))
         os.close(data_r)
