@@ -162,9 +162,9 @@ class Rows:
                 lines.append(line)
                 steps.append(step)
                 vals.append(v)
-        for k, (line_list, step_list, value_list) in slow.items():
-            columns.setdefault(k, []).append((np.asarray(line_list, np.int64), np.asarray(step_list, np.int64),
-                                              np.asarray(value_list, np.float64)))
+        for k, (line_list, step_list, value_list) in slow.items():  # first: the lines read one by one are
+            columns.setdefault(k, []).insert(0, (  # mostly the first of the log (before a template is learned)
+                np.asarray(line_list, np.int64), np.asarray(step_list, np.int64), np.asarray(value_list, np.float64)))
         all_steps = [c[1] for parts in columns.values() for c in parts]
         distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}

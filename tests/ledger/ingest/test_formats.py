@@ -230,3 +230,29 @@ def test_rows_from_columns_and_parsers_merge_by_step_in_file_order() -> None:
     steps_table = rows.tables()["steps"].to_pydict()
     assert steps_table["step"] == [1, 2, 3, 7] and steps_table["tokens"] == [4096, 4096, 4096, None]
     assert steps_table["extra"] == [None, [("acc", 0.5)], [("acc", 0.25)], None]
+
+
+def test_merge_by_step_keeps_the_first_value_in_file_order() -> None:
+    """Steps printed again (a restart from a checkpoint, two ranks printing the same line) keep the value printed
+    first; a log of increasing steps is taken as is. Enough lines for the columnar path and its compaction."""
+    from ledger.ingest.formats.scan import LineCapture
+
+    def line(step: int, loss: float) -> str:
+        return f"step {step} loss {loss:.4f} lr 0.001\n"
+
+    first = [line(s, 1000.0 / s) for s in range(1, 80_001)]
+    again = [line(s, 9.0) for s in range(70_001, 75_001)]  # a restart from step 70,000: printed again, later
+    more = [line(s, 1000.0 / s) for s in range(80_001, 90_001)]
+    for text, restart in (("".join(first + more), False), ("".join(first + again + more), True)):
+        capture = LineCapture()
+        data = text.encode()
+        for i in range(0, len(data), 1 << 18):
+            capture.feed(data[i:i + (1 << 18)])
+        capture.close()
+        best = capture.best()
+        assert best is not None and best.step_count() == 90_000, restart
+        steps = best.tables()["steps"]
+        assert steps.column("step").to_pylist() == list(range(1, 90_001))
+        losses = steps.column("loss").to_pylist()
+        assert losses[72_000 - 1] == round(1000.0 / 72_000, 4)  # the first print of step 72,000, not 9.0
+        assert losses[-1] == round(1000.0 / 90_000, 4) and losses[0] == 1000.0
