@@ -162,9 +162,9 @@ def claim(ledger: Ledger, a: str, b: str, at: str | None = None, *, replay_outpu
 
     change = parse_scale(at) if at else None
     with index.reader(ledger) as con:
-        result = compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False))
-        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])  # files and index agree
-        first = to_json(result)
+        comparison = compare(con, Ref(ref=a), Ref(ref=b), CompareOptions(plugins=False))
+        check_involved(ledger, con, [r.id for r in comparison.runs_a + comparison.runs_b])  # files and index agree
+        first = to_json(comparison)
     original = state(first, a, b)
     if change is None or not original.supported:
         return ClaimCheck(original)
@@ -179,9 +179,9 @@ def claim(ledger: Ledger, a: str, b: str, at: str | None = None, *, replay_outpu
                 raise LedgerError(f"the replay of {ref} at {change} did not finish (exit {result.exit_code})")
             replayed.setdefault(ref, []).append(result.receipt.id)
     with index.reader(ledger) as con:
-        result = compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]), CompareOptions(plugins=False))
-        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b])
-        second = to_json(result)
+        comparison = compare(con, Ref(ref=replayed[a][0]), Ref(ref=replayed[b][0]), CompareOptions(plugins=False))
+        check_involved(ledger, con, [r.id for r in comparison.runs_a + comparison.runs_b])
+        second = to_json(comparison)
     scaled = state(second, f"{a}@{change}", f"{b}@{change}")
     ok, why = holds(original, scaled)
     return ClaimCheck(original, str(change), scaled, ok, why, tuple(i for ids in replayed.values() for i in ids))

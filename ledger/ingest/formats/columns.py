@@ -45,6 +45,11 @@ class Shape:
     """Index of the step among those runs."""
     metrics: tuple[tuple[str, int, float], ...]
     """(name, index among the runs, scale)."""
+    tokens: tuple[int, tuple[tuple[int, int, int], ...]] | None = None
+    """When the line cut at single spaces puts each number that is read inside a word of its own, around it only
+    the template's literal text (``step 5 | loss 2.3``, ``train.py:212]``): the line's word count and, for the
+    step then each metric (in :attr:`metrics`' order), its word and the characters of literal text before and
+    after it in that word. Such lines are read as space-separated values (:func:`_words`); None otherwise."""
 
 
 def _literal(text: str) -> str:
@@ -95,7 +100,34 @@ def prepare(source: str, pieces: tuple[str, ...], spans: tuple[tuple[int, int], 
         return None
     body = _literal(pieces[0]) + "".join(f"(?:{NUM})" + _literal(p) for p in pieces[1:])
     return Shape(f"^{body}\\n$", len(where), index[0],
-                 tuple((name, i, scale) for (name, _, scale), i in zip(metrics, index[1:], strict=True)))
+                 tuple((name, i, scale) for (name, _, scale), i in zip(metrics, index[1:], strict=True)),
+                 _word_places(source, spans, used))
+
+
+def _word_places(source: str, spans: tuple[tuple[int, int], ...], used: list[int]
+                 ) -> tuple[int, tuple[tuple[int, int, int], ...]] | None:
+    """:attr:`Shape.tokens` of the template built from ``source`` (its numbers at ``spans``, those read at
+    ``used``); None when a number read shares its word with another number, or a character would upset a reader
+    of delimited values."""
+    if any(ch in source for ch in "\t\r\"'"):
+        return None
+    words = source.split(" ")
+    bounds: list[tuple[int, int]] = []
+    pos = 0
+    for text in words:
+        bounds.append((pos, pos + len(text)))
+        pos += len(text) + 1
+    places: list[tuple[int, int, int]] = []
+    for g in used:
+        a, b = spans[g]
+        word = next((i for i, (ws, we) in enumerate(bounds) if ws <= a and b <= we), None)
+        if word is None:
+            return None
+        ws, we = bounds[word]
+        if (g and spans[g - 1][1] > ws) or (g + 1 < len(spans) and spans[g + 1][0] < we):
+            return None  # another number in the same word: its width varies
+        places.append((word, a - ws, we - b))
+    return len(words), tuple(places)
 
 
 @dataclass
@@ -152,7 +184,9 @@ def read(shape: Shape, data: bytes) -> Read | None:
         keep = np.zeros(n, bool)
         keep[index] = True
         text = arr[np.repeat(keep, np.diff(offsets))]
-    got = _numbers(text, len(index), shape)
+    got = _words(text, shape) if shape.tokens is not None else None
+    if got is None:
+        got = _numbers(text, len(index), shape)
     if got is None:
         return None
     good, steps, values = got
@@ -229,6 +263,45 @@ def _numbers(text: npt.NDArray[np.uint8], lines: int, shape: Shape) -> tuple[
     values = {name: matrix[:, i] * scale if scale != 1.0 else matrix[:, i]
               for i, (name, _, scale) in enumerate(shape.metrics)}
     return good, steps.astype(np.int64), values
+
+
+def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
+        npt.NDArray[np.bool_], npt.NDArray[np.int64], dict[str, npt.NDArray[np.float64]]] | None:
+    """The step and metrics of lines of a shape whose numbers are whole words (:attr:`Shape.tokens`), read as
+    space-separated values by Arrow's CSV reader (one pass in C++, numbers converted as read). None when a
+    line does not cut into the shape's word count (runs of spaces where the template has one) or a number
+    does not convert as the column's type (``1,024``, a step ``1.5``): the caller then cuts at number runs."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as csv
+
+    assert shape.tokens is not None
+    count, places = shape.tokens
+    whole = {word for word, before, after in places if not before and not after}
+    types = {f"w{word}": pa.string() for word, _, _ in places}
+    types.update({f"w{word}": pa.float64() for word in whole})
+    if not places[0][1] and not places[0][2]:
+        types[f"w{places[0][0]}"] = pa.int64()
+    try:
+        table = csv.read_csv(
+            pa.BufferReader(pa.py_buffer(text)),
+            read_options=csv.ReadOptions(column_names=[f"w{i}" for i in range(count)], use_threads=False,
+                                         block_size=max(len(text) + 1, 1 << 20)),
+            parse_options=csv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False,
+                                           escape_char=False, newlines_in_values=False),
+            convert_options=csv.ConvertOptions(include_columns=list(types), column_types=types, null_values=[],
+                                               strings_can_be_null=False, quoted_strings_can_be_null=False))
+        numbers = []
+        for i, (word, before, after) in enumerate(places):
+            column = table.column(f"w{word}")
+            if before or after:  # the literal text around the number in its word is cut off
+                column = pc.utf8_slice_codeunits(column, start=before, stop=-after if after else None)
+            numbers.append(pc.cast(column, pa.int64() if i == 0 else pa.float64()).to_numpy())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    values = {name: column * scale if scale != 1.0 else column
+              for (name, _, scale), column in zip(shape.metrics, numbers[1:], strict=True)}
+    return np.ones(len(numbers[0]), bool), numbers[0].astype(np.int64), values
 
 
 def _commas(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],

@@ -165,14 +165,17 @@ class Rows:
         for k, (line_list, step_list, value_list) in slow.items():  # first: the lines read one by one are
             columns.setdefault(k, []).insert(0, (  # mostly the first of the log (before a template is learned)
                 np.asarray(line_list, np.int64), np.asarray(step_list, np.int64), np.asarray(value_list, np.float64)))
-        all_steps = [c[1] for parts in columns.values() for c in parts]
-        distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
+        firsts = {name: _first_by_step(columns[name])[1:] for name in self._names if columns.get(name)}
+        all_steps = [steps for steps, _ in firsts.values()]
+        if all_steps and all(np.array_equal(all_steps[0], other) for other in all_steps[1:]):
+            distinct = all_steps[0]  # every metric on every step (most logs): the steps as merged
+        else:
+            distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
-        for name in self._names:
-            parts = columns.get(name) or []
-            if not parts:
+        for name, (first_steps, first_values) in firsts.items():
+            if first_steps is distinct:
+                values[name] = (first_values, np.ones(len(distinct), bool))
                 continue
-            _, first_steps, first_values = _first_by_step(parts)
             column = np.full(len(distinct), np.nan)
             present = np.zeros(len(distinct), bool)
             at = np.searchsorted(distinct, first_steps)

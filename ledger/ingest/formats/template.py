@@ -154,22 +154,25 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
             values.append(_float(t.group()))
         except ValueError:
             values.append(math.nan)
+    # Each value must come from exactly one number of the line: in `10:00:00,332 step 332` the step could be
+    # either 332, and a template that took the first would read the milliseconds as the step on every later
+    # line. Such a line teaches nothing; a later line where the values differ does.
     used: set[int] = set()
     step_group = None
     if parsed.step is not None:
-        step_group = next((i for i, t in enumerate(tokens) if t.group().replace(",", "").isdigit()
-                           and int(t.group().replace(",", "")) == parsed.step), None)
-        if step_group is None:
+        steps = [i for i, t in enumerate(tokens) if t.group().replace(",", "").isdigit()
+                 and int(t.group().replace(",", "")) == parsed.step]
+        if len(steps) != 1:
             return None
+        step_group = steps[0]
         used.add(step_group)
     metrics: list[tuple[str, int, float]] = []
     for key, value in parsed.metrics.items():
-        found = next(((i, s) for s in _SCALES for i, v in enumerate(values)
-                      if i not in used and _same(v * s, value)), None)
-        if found is None:
+        found = [(i, s) for s in _SCALES for i, v in enumerate(values) if i not in used and _same(v * s, value)]
+        if len({i for i, _ in found}) != 1:
             return None
-        used.add(found[0])
-        metrics.append((key, found[0], found[1]))
+        used.add(found[0][0])
+        metrics.append((key, found[0][0], found[0][1]))
     parts: list[str] = []
     pieces: list[str] = []
     pos = 0

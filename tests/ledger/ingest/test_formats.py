@@ -256,3 +256,43 @@ def test_merge_by_step_keeps_the_first_value_in_file_order() -> None:
         losses = steps.column("loss").to_pylist()
         assert losses[72_000 - 1] == round(1000.0 / 72_000, 4)  # the first print of step 72,000, not 9.0
         assert losses[-1] == round(1000.0 / 90_000, 4) and losses[0] == 1000.0
+
+
+def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines whose numbers are whole words (or a word's number between literal text: ``train.py:212]``) are read as
+    space-separated values; a block with a line that does not cut into the same words (a run of spaces) is cut
+    at number runs instead. Either way the rows are those of the formats' own parsers, line by line
+    (``fast=False``). The log's first thousand lines have their milliseconds equal to the step (``10:00:00,332
+    ... step 332``): no template may be learned from such a line (it would read the milliseconds as steps)."""
+    from ledger.ingest.formats import columns
+
+    used: list[bool] = []
+    words = columns._words
+    monkeypatch.setattr(columns, "_words", lambda text, shape: used.append((got := words(text, shape)) is not None)
+                        or got)
+
+    lines = []
+    for i in range(1, 30_001):
+        loss = "nan" if i % 997 == 0 else f"{4.0 / (1 + i / 500):.5f}"
+        lines.append(f"2026-12-01 10:00:00,{i % 1000:03d} INFO train.py:212] step {i} | loss {loss} | lr "
+                     f"{3e-4 * min(1.0, i / 200):.3e} | tokens/s {51234 + i * 37 % 4096}\n")
+    lines[15_000] = lines[15_000].replace("| lr", "|  lr")  # a run of spaces: that block is cut at number runs
+    data = "".join(lines).encode()
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), 1 << 18):
+            capture.feed(data[i:i + (1 << 18)])
+        capture.close()
+    assert any(used) and not all(used)  # both ways were taken
+    got, want = fast.best(), slow.best()
+    assert got is not None and want is not None and got.step_count() == want.step_count() == 30_000
+    a, b = got.tables()["steps"], want.tables()["steps"]
+    assert a.column_names == b.column_names
+    for name in a.column_names:
+        x, y = a.column(name).to_pylist(), b.column(name).to_pylist()
+        same = [u == v or (isinstance(u, float) and math.isnan(u) and math.isnan(v)) for u, v in zip(x, y, strict=True)]
+        assert all(same), name
+    loss = a.column("loss").to_pylist()
+    assert math.isnan(loss[997 - 1]) and loss[0] == round(4.0 / (1 + 1 / 500), 5)
+    assert loss[15_000] == round(4.0 / (1 + 15_001 / 500), 5)  # the line with a run of spaces
+    assert dict(a.column("extra").to_pylist()[-1])["tokens/s"] == 51234 + 30_000 * 37 % 4096
