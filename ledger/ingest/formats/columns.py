@@ -299,6 +299,8 @@ def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
             numbers.append(pc.cast(column, pa.int64() if i == 0 else pa.float64()).to_numpy())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
+    if (numbers[0] < 0).any():  # a step is digits only (the parsers read no step from `step -1`)
+        return None
     values = {name: column * scale if scale != 1.0 else column
               for (name, _, scale), column in zip(shape.metrics, numbers[1:], strict=True)}
     return np.ones(len(numbers[0]), bool), numbers[0].astype(np.int64), values

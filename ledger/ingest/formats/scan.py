@@ -390,6 +390,7 @@ class LineCapture:
                 continue
             uses = template.uses
             template.uses += len(got.lines)
+            checked = -1
             for j in checks(uses, len(got.lines)):
                 start, end = int(got.offsets[got.lines[j]]), int(got.offsets[got.lines[j] + 1]) - 1
                 line = block[start:end].decode("utf-8", "replace")
@@ -397,8 +398,9 @@ class LineCapture:
                 if not agrees(parsed, self.templates.parse(template.format, line)):
                     template.dead = True
                     template.uses = uses + j + 1
-                    got = got.head(j)
+                    got = got.head(checked + 1)  # the lines since the last agreeing check go to the parsers
                     break
+                checked = j
             self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
             block = got.rest
             if template.dead:

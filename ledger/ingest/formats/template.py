@@ -83,7 +83,7 @@ class Template:
             groups = m.groups()
             self.uses += 1
             try:
-                step = int(groups[step_group].replace(",", ""))
+                step = _step(groups[step_group])
                 metrics = {name: _float(groups[g]) * scale for name, g, scale in metrics_of}
             except ValueError:
                 continue
@@ -113,7 +113,7 @@ class Template:
             return None
         groups = m.groups()
         try:
-            step = None if self.step_group is None else int(groups[self.step_group].replace(",", ""))
+            step = None if self.step_group is None else _step(groups[self.step_group])
             metrics = {name: _float(groups[g]) * scale for name, g, scale in self.metrics}
         except ValueError:
             return None
@@ -130,6 +130,15 @@ def checks(uses: int, n: int) -> list[int]:
     dense = [j for j in range(CHECK_EVERY - 1 - uses % CHECK_EVERY, min(n, CHECK_DENSE - uses), CHECK_EVERY)]
     start = max(uses, CHECK_DENSE)
     return dense + list(range(start - uses + CHECK_SPARSE - 1 - start % CHECK_SPARSE, n, CHECK_SPARSE))
+
+
+def _step(text: str) -> int:
+    """A step number as the parsers read one: digits (thousands separated by commas or not), no sign, no point;
+    ValueError otherwise (``step -1`` is no step)."""
+    digits = text.replace(",", "")
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"not a step number: {text!r}")
+    return int(digits)
 
 
 def _float(text: str) -> float:

@@ -296,3 +296,24 @@ def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.Monk
     assert math.isnan(loss[997 - 1]) and loss[0] == round(4.0 / (1 + 1 / 500), 5)
     assert loss[15_000] == round(4.0 / (1 + 15_001 / 500), 5)  # the line with a run of spaces
     assert dict(a.column("extra").to_pylist()[-1])["tokens/s"] == 51234 + 30_000 * 37 % 4096
+
+
+def test_no_phantom_step_from_a_negative_number_where_the_step_is() -> None:
+    """The parser reads no step from ``step -1 ...`` (a warm-up line); neither may the columnar reading (Arrow's
+    CSV reader would take -1 as an integer), whichever line of a block it is."""
+    lines = [f"step {i} loss {2.0 / i:.6f} tokens {999 + i}\n" for i in range(1, 30_001)]
+    for at in (12_345, 20_001, 20_002, 29_999):
+        lines[at] = f"step -{at} loss 0.5 tokens 7\n"
+    data = "".join(lines).encode()
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), 1 << 18):
+            capture.feed(data[i:i + (1 << 18)])
+        capture.close()
+    got, want = fast.best(), slow.best()
+    assert got is not None and want is not None
+    a, b = got.tables()["steps"], want.tables()["steps"]
+    expected = [i for i in range(1, 30_001) if i - 1 not in (12_345, 20_001, 20_002, 29_999)]
+    assert a.column("step").to_pylist() == b.column("step").to_pylist() == expected
+    assert a.column("tokens").to_pylist() == b.column("tokens").to_pylist()
+    assert a.column("loss").to_pylist() == b.column("loss").to_pylist()
