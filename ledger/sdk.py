@@ -266,11 +266,13 @@ def _uniform_columns(given: list[dict[str, Any]]) -> tuple[dict[str, pa.Array], 
     width = len(names)
     if _STEP_KNOWN.issuperset(names):  # known names only: the general path costs no more
         return None
-    if set(map(len, given)) != {width} or not all(map(names.__eq__, map(tuple, given))):
+    n = len(given)
+    keys = list(itertools.chain.from_iterable(given))  # every row's names, in order, one after the other
+    if len(keys) != n * width or keys != list(names) * n:  # (no row may repeat a name: they are dict keys)
         return None
+    del keys
     import numpy as np
 
-    n = len(given)
     if _STEP_KNOWN.isdisjoint(names):  # custom names only: the values, row by row, are the MAP's values
         values = np.fromiter(itertools.chain.from_iterable(map(dict.values, given)), np.float64, n * width)
         if np.isnan(values).any():  # None or NaN among them: the general path keeps them as they are

@@ -58,7 +58,8 @@ def test_custom_names_keep_every_value_in_each_rows_order(tmp_path: Path, known:
 
     same = [{**known, "a/x": i + 0.25, "b": np.float32(i), "c": i} for i in range(50)]
     odd = [{"b": 1.0, "a/x": 2.0}, {"a/x": None, "b": 3.0}, {"a/x": "1.5", "b": float("nan")}, {"q": 1}]
-    for rows in (same, odd):
+    swapped = [{**known, "a/x": 1.0, "b": 2.0}, {"b": 3.0, "a/x": 4.0, **known}, {**known, "a/x": 5.0, "b": 6.0}]
+    for rows in (same, odd, swapped):  # swapped: as many names in every row, one row in another order
         run = sdk.Run(tmp_path / str(len(rows)), rank=0, background=False)
         for step, metrics in enumerate(rows, 1):
             run.log_step(step, **metrics)
