@@ -241,7 +241,8 @@ def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
       written plain: columns of few values (rank, a constant learning rate, phases, kinds) keep their
       dictionary, while a column of unique values (step, time, loss) stops hashing after 8,192 of them instead
       of hashing a whole row group into a dictionary that packs nothing (Arrow's default limit is 1 MiB).
-      Measured on 100,000 steps of 10 metrics: the steps file written in 0.4x the CPU time and 23% smaller.
+      Measured on 100,000 steps of 10 standard metrics: the steps file written in a third of the CPU time and
+      23% smaller (10 custom names, the MAP unchanged: 0.85x the CPU time, 4% smaller).
     - Lists of integers (routing's per-expert counts) are delta-bit-packed (Parquet's DELTA_BINARY_PACKED)
       instead of plain 8-byte values: counts of a few million need about 21 bits. Measured on 58 x 256
       routing: 10% smaller after zstd, written 2.6x and read (a DuckDB scan) 2.7-3.7x faster in CPU time.
