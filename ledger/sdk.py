@@ -416,6 +416,7 @@ class Run:
             for name, path in ((name, self.dir / f"{name}{STREAM_SUFFIX}") for name in TABLES)
         }
         self._step_rows = self._tables["steps"].rows
+        self._step_limit = 3 * flush_rows  # the steps buffer holds three items a row (_Steps)
         self._routing_rows = self._tables["routing"].rows
         self._routing_flush_rows = max(1, flush_rows // 50)  # a routing row holds E counts
         self._closed = False
@@ -435,7 +436,7 @@ class Run:
         ``memory_bytes``, ``skipped``) fill their columns; any other numeric metric goes to ``extra``."""
         rows = self._step_rows
         rows.extend((step, _now(), metrics))  # split into columns at flush time (_Steps.to_batch)
-        if len(rows) >= 3 * self.flush_rows:
+        if len(rows) >= self._step_limit:
             self.flush()
 
     def log_eval(
