@@ -30,3 +30,24 @@ def test_unique_values_stop_filling_the_dictionary_and_few_values_keep_it(tmp_pa
     loss_dictionary = loss.data_page_offset - loss.dictionary_page_offset
     assert loss_dictionary <= DICTIONARY_PAGE * 1.1 < n * 8
     assert lr.total_compressed_size < 1024  # one value in the dictionary, every row an index to it
+
+
+def test_the_names_of_custom_metrics_are_lz4_and_every_other_column_zstd(tmp_path: Path) -> None:
+    import duckdb
+
+    from schemas.tables import STEPS
+
+    rows = [{"rank": 0, "step": s, "loss": 1.0 / s, "extra": [("moe/cv", s / 2), ("tokens/s", 3.0 * s)]}
+            for s in range(1, 101)]
+    table = pa.Table.from_pylist(rows, schema=STEPS)
+    path = tmp_path / "steps.parquet"
+    write_parquet(table, path)
+
+    assert pq.read_table(path).equals(table)
+    con = duckdb.connect()
+    codecs = dict(con.execute("SELECT path_in_schema, compression FROM parquet_metadata(?)", [str(path)]).fetchall())
+    assert codecs.pop("extra, key_value, key") == "LZ4_RAW"
+    assert len(codecs) == len(STEPS) and set(codecs.values()) == {"ZSTD"}  # none left uncompressed
+    total = con.execute("SELECT sum(extra['moe/cv']), sum(extra['tokens/s']) FROM read_parquet(?)",
+                        [str(path)]).fetchone()
+    assert total == (sum(s / 2 for s in range(1, 101)), sum(3.0 * s for s in range(1, 101)))
