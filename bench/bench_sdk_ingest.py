@@ -18,7 +18,13 @@ References, all starting from the same Python data (a list of 100,000 dicts, bui
 Two variants: the 10 standard numeric step metrics of ``schemas.tables.STEPS`` (fixed columns), and 10
 custom names (the ``extra`` MAP column). Ratios are reference time / our time (higher is better).
 
+The figures are wall times. Beside them, the output prints the CPU time of ours (the whole process: the
+calling thread and the SDK's flush thread) and of raw Parquet, and the note holds the CPU-time ratio: on a
+loaded machine, that is the ratio to expect on a quiet one. ``--mlflow-python PATH`` runs MLflow's child
+from another interpreter (a virtual environment that has MLflow, when the project's must stay without it).
+
     .venv/bin/python bench/bench_sdk_ingest.py [--steps 100000] [--reps 7] [--mlflow-points 50000]
+                                               [--mlflow-python PATH]
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
     from ledger.store.publish import write_parquet
 
     gc.collect()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     run = Run(workdir, rank=0)
     log_step = run.log_step
@@ -76,8 +83,10 @@ def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
     t3 = time.perf_counter()
     write_parquet(table, workdir / "steps.parquet")
     t4 = time.perf_counter()
+    cpu = time.process_time() - c0
     _check(table, rows, problems)
-    return {"total": t4 - t0, "log_step": t1 - t0, "close": t2 - t1, "read": t3 - t2, "write": t4 - t3}
+    return {"total": t4 - t0, "log_step": t1 - t0, "close": t2 - t1, "read": t3 - t2, "write": t4 - t3,
+            "cpu": cpu}
 
 
 def _check(table: Any, rows: list[dict[str, Any]], problems: list[Any]) -> None:
@@ -96,16 +105,18 @@ def _check(table: Any, rows: list[dict[str, Any]], problems: list[Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------- raw Parquet
-def time_raw(raw_rows: list[dict[str, Any]], workdir: Path) -> float:
+def time_raw(raw_rows: list[dict[str, Any]], workdir: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of the raw Parquet write."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     workdir.mkdir(parents=True)
     gc.collect()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     table = pa.Table.from_pylist(raw_rows)
     pq.write_table(table, workdir / "raw.parquet", compression="zstd")
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 # -------------------------------------------------------------------------------------------- MLflow
@@ -152,7 +163,7 @@ class MlflowReference:
     """The MLflow child process, asked for one chunk of log_batch calls between our repetitions, so that
     both sides are measured over the same stretch of time (the machine's load drifts)."""
 
-    def __init__(self, steps: int, points: int, chunks: int, workdir: Path) -> None:
+    def __init__(self, steps: int, points: int, chunks: int, workdir: Path, python: str) -> None:
         workdir.mkdir(parents=True)
         self.total_points = steps * len(STANDARD)
         todo = self.total_points if points <= 0 else min(points, self.total_points)
@@ -162,7 +173,7 @@ class MlflowReference:
         self.log = workdir / "stderr.log"  # a file, not a pipe: a full pipe would stall the child
         with open(self.log, "w") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--mlflow-child", "--steps", str(steps), "--workdir", str(workdir)],
+                [python, __file__, "--mlflow-child", "--steps", str(steps), "--workdir", str(workdir)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
             )
         self.setup_s = self._answer()["setup_s"]
@@ -206,6 +217,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--mlflow-points", type=int, default=MLFLOW_POINTS,
                    help="points logged through MLflow, the rest extrapolated linearly (0: all of them)")
+    p.add_argument("--mlflow-python", default=sys.executable,
+                   help="the interpreter that runs MLflow's child (one with MLflow installed; default: this one)")
     p.add_argument("--skip-mlflow", action="store_true", help="only ours vs raw Parquet (no MLflow needed)")
     p.add_argument("--mlflow-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -227,12 +240,13 @@ def main() -> None:
 
     pa.array([0.0])  # pyarrow's one-time lazy imports (pandas, when installed) happen here, not in a timing
     ours: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
-    raw: dict[str, list[float]] = {v: [] for v in variants}
+    raw: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
         root = Path(tmp)
         reference = None
         if not args.skip_mlflow:
-            reference = MlflowReference(args.steps, args.mlflow_points, args.reps, root / "mlflow")
+            reference = MlflowReference(args.steps, args.mlflow_points, args.reps, root / "mlflow",
+                                        args.mlflow_python)
         for rep in range(args.reps):
             for variant in variants:
                 rows, raw_rows = data[variant]
@@ -245,18 +259,23 @@ def main() -> None:
     results = []
     print()
     print(f"{'':<10} {'ours':>8} {'':>7} {'log_step':>9} {'close':>7} {'read':>7} {'write':>7} "
-          f"{'raw':>8} {'':>7}")
+          f"{'raw':>8} {'':>7} {'':>9} {'ours':>7} {'raw':>7} {'raw/ours':>9}")
     print(f"{'variant':<10} {'s':>8} {'(min)':>7} {'us/call':>9} {'s':>7} {'s':>7} {'s':>7} "
-          f"{'parquet s':>8} {'(min)':>7} {'raw/ours':>9}")
+          f"{'parquet s':>8} {'(min)':>7} {'raw/ours':>9} {'cpu s':>7} {'cpu s':>7} {'cpu':>9}")
     for variant in variants:
         med = {k: statistics.median(r[k] for r in ours[variant]) for k in ours[variant][0]}
-        raw_s = statistics.median(raw[variant])
+        raw_s = statistics.median(w for w, _ in raw[variant])
+        raw_cpu = statistics.median(c for _, c in raw[variant])
         print(f"{variant:<10} {med['total']:>8.3f} {min(r['total'] for r in ours[variant]):>7.3f} "
               f"{med['log_step'] / args.steps * 1e6:>9.2f} {med['close']:>7.3f} {med['read']:>7.3f} "
-              f"{med['write']:>7.3f} {raw_s:>8.3f} {min(raw[variant]):>7.3f} {raw_s / med['total']:>9.2f}")
+              f"{med['write']:>7.3f} {raw_s:>8.3f} {min(w for w, _ in raw[variant]):>7.3f} "
+              f"{raw_s / med['total']:>9.2f} {med['cpu']:>7.3f} {raw_cpu:>7.3f} {raw_cpu / med['cpu']:>9.2f}")
         results.append(_result(f"sdk_ingest_{variant}_vs_raw_parquet", med["total"], raw_s, TARGET_VS_RAW,
                                f"{len(variants[variant])} {variant} metric names; reference: from_pylist + "
-                               "write_table zstd of the same dicts; ratio = reference / ours, target >="))
+                               "write_table zstd of the same dicts; CPU time: ours (whole process) "
+                               f"{med['cpu']:.3f} s, raw {raw_cpu:.3f} s, ratio {raw_cpu / med['cpu']:.2f}; "
+                               f"load average {os.getloadavg()[0]:.1f}; ratio = reference / ours (wall), "
+                               "target >="))
         if mlflow is not None:
             results.append(_result(f"sdk_ingest_{variant}_vs_mlflow", med["total"], mlflow["total_s"],
                                    TARGET_VS_MLFLOW, _mlflow_note(mlflow, variant)))
@@ -279,7 +298,7 @@ def _mlflow_note(mlflow: dict[str, Any], variant: str) -> str:
            "repetitions)" if mlflow["extrapolated"]
            else f"MLflow measured on all {mlflow['total_points']:,} points")
     return (f"{how}; log_batch of 1000 into sqlite, measured once with the standard names; "
-            f"ours: {variant} names; ratio = reference / ours, target >=")
+            f"ours: {variant} names; load average {os.getloadavg()[0]:.1f}; ratio = reference / ours, target >=")
 
 
 def _result(figure: str, ours_s: float, ref_s: float, target: float, note: str) -> dict[str, Any]:

@@ -110,6 +110,9 @@ class _Table:
     :meth:`take` removes from it, always from the front, under the run's I/O lock: a row appended while a
     flush runs stays in the buffer for the next one."""
 
+    compression: str | None = None
+    """The codec of the stream's buffers (None: uncompressed); the reader needs no setting to read either."""
+
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.schema = TABLES[name]
@@ -135,7 +138,8 @@ class _Table:
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.sink = pa.OSFile(str(self.path), "ab")
-            self.writer = pa.ipc.new_stream(self.sink, self.schema)
+            options = pa.ipc.IpcWriteOptions(compression=self.compression) if self.compression else None
+            self.writer = pa.ipc.new_stream(self.sink, self.schema, options=options)
         self.writer.write_batch(batch)
         self.sink.flush()
 
@@ -150,7 +154,13 @@ class _Steps(_Table):
     """The steps table. Its buffer is flat, three items a row: step, clock time and the keyword dict of
     ``log_step``. A row is then appended by one atomic ``extend`` and leaves no tuple behind: a tuple that
     holds a dict stays tracked by the garbage collector, and 100,000 of them made its full collections
-    cost more than the rest of ``log_step``."""
+    cost more than the rest of ``log_step``.
+
+    Its stream is LZ4-compressed: a batch of custom names holds every name once per row and a null column a
+    buffer of zeros, so 100,000 rows of 10 custom names were 43 MB uncompressed and are 13 MB, written and
+    read back in 6% less CPU time (``bench/bench_sdk_ingest.py``) for a crash-safe file a third the size."""
+
+    compression = "lz4" if pa.Codec.is_available("lz4") else None
 
     def __init__(self, path: Path, rank: int) -> None:
         super().__init__("steps", path)
@@ -266,11 +276,13 @@ def _uniform_columns(given: list[dict[str, Any]]) -> tuple[dict[str, pa.Array], 
     width = len(names)
     if _STEP_KNOWN.issuperset(names):  # known names only: the general path costs no more
         return None
-    if set(map(len, given)) != {width} or not all(map(names.__eq__, map(tuple, given))):
+    n = len(given)
+    keys = list(itertools.chain.from_iterable(given))  # every row's names, in order, one after the other
+    if len(keys) != n * width or keys != list(names) * n:  # (no row may repeat a name: they are dict keys)
         return None
+    del keys
     import numpy as np
 
-    n = len(given)
     if _STEP_KNOWN.isdisjoint(names):  # custom names only: the values, row by row, are the MAP's values
         values = np.fromiter(itertools.chain.from_iterable(map(dict.values, given)), np.float64, n * width)
         if np.isnan(values).any():  # None or NaN among them: the general path keeps them as they are
@@ -414,6 +426,7 @@ class Run:
             for name, path in ((name, self.dir / f"{name}{STREAM_SUFFIX}") for name in TABLES)
         }
         self._step_rows = self._tables["steps"].rows
+        self._step_limit = 3 * flush_rows  # the steps buffer holds three items a row (_Steps)
         self._routing_rows = self._tables["routing"].rows
         self._routing_flush_rows = max(1, flush_rows // 50)  # a routing row holds E counts
         self._closed = False
@@ -433,7 +446,7 @@ class Run:
         ``memory_bytes``, ``skipped``) fill their columns; any other numeric metric goes to ``extra``."""
         rows = self._step_rows
         rows.extend((step, _now(), metrics))  # split into columns at flush time (_Steps.to_batch)
-        if len(rows) >= 3 * self.flush_rows:
+        if len(rows) >= self._step_limit:
             self.flush()
 
     def log_eval(

@@ -226,6 +226,9 @@ LIST_ROW_GROUP = 1 << 16
 """Rows per Parquet row group of a table with list columns (routing: 65,536 rows of a layer's counts), so
 that a reader scans one file on every core (a row group is the unit DuckDB and Arrow read in parallel)."""
 
+DICTIONARY_PAGE = 64 << 10
+"""Bytes of a Parquet column's dictionary page after which the writer falls back to plain encoding."""
+
 
 def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
     """One metric table as a receipt's Parquet file (zstd).
@@ -233,7 +236,15 @@ def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
     - The custom metrics of the steps table (the ``extra`` MAP) are written without a dictionary or
       statistics: their names repeat in a pattern zstd packs as small as a dictionary would, and min/max of
       names or of mixed metrics prune no query, while hashing a million names cost as much as writing every
-      other column.
+      other column. The names are compressed with LZ4 (Parquet's LZ4_RAW), every other column with zstd:
+      on 1,000,000 names (10 a row), LZ4 packs their repeating pattern smaller than zstd (the MAP column 2%
+      smaller) in a quarter less CPU time for the whole MAP column.
+    - A column's dictionary stops at :data:`DICTIONARY_PAGE` bytes, after which the rest of its row group is
+      written plain: columns of few values (rank, a constant learning rate, phases, kinds) keep their
+      dictionary, while a column of unique values (step, time, loss) stops hashing after 8,192 of them instead
+      of hashing a whole row group into a dictionary that packs nothing (Arrow's default limit is 1 MiB).
+      Measured on 100,000 steps of 10 standard metrics: the steps file written in a third of the CPU time and
+      23% smaller (10 custom names, the MAP unchanged: 0.85x the CPU time, 4% smaller).
     - Lists of integers (routing's per-expert counts) are delta-bit-packed (Parquet's DELTA_BINARY_PACKED)
       instead of plain 8-byte values: counts of a few million need about 21 bits. Measured on 58 x 256
       routing: 10% smaller after zstd, written 2.6x and read (a DuckDB scan) 2.7-3.7x faster in CPU time.
@@ -241,10 +252,29 @@ def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
     fields = list(table.schema)
     packed = [f.name for f in fields if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)]
     plain = [f.name for f in fields if not pa.types.is_map(f.type) and f.name not in packed]
-    pq.write_table(table, path, compression="zstd", use_dictionary=plain,
+    pq.write_table(table, path, compression=_compression(table.schema), use_dictionary=plain,
                    write_statistics=[f.name for f in fields if not pa.types.is_map(f.type)],
                    column_encoding={f"{name}.list.element": "DELTA_BINARY_PACKED" for name in packed} or None,
-                   row_group_size=LIST_ROW_GROUP if packed else None)
+                   dictionary_pagesize_limit=DICTIONARY_PAGE, row_group_size=LIST_ROW_GROUP if packed else None)
+
+
+def _compression(schema: pa.Schema) -> str | dict[str, str]:
+    """zstd for every column, except the keys of a MAP column (LZ4_RAW); per leaf column path, as the Parquet
+    writer names them (a codec per column leaves every column not named uncompressed, so all are named)."""
+    if not any(pa.types.is_map(f.type) for f in schema):
+        return "zstd"
+    codecs = {}
+    for f in schema:
+        if pa.types.is_map(f.type):
+            codecs[f"{f.name}.key_value.key"] = "lz4_raw"
+            codecs[f"{f.name}.key_value.value"] = "zstd"
+        elif pa.types.is_list(f.type):
+            codecs[f"{f.name}.list.element"] = "zstd"
+        elif pa.types.is_nested(f.type):  # no table has one: one codec for all rather than a path guessed
+            return "zstd"
+        else:
+            codecs[f.name] = "zstd"
+    return codecs
 
 
 def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:

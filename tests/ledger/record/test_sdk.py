@@ -58,7 +58,8 @@ def test_custom_names_keep_every_value_in_each_rows_order(tmp_path: Path, known:
 
     same = [{**known, "a/x": i + 0.25, "b": np.float32(i), "c": i} for i in range(50)]
     odd = [{"b": 1.0, "a/x": 2.0}, {"a/x": None, "b": 3.0}, {"a/x": "1.5", "b": float("nan")}, {"q": 1}]
-    for rows in (same, odd):
+    swapped = [{**known, "a/x": 1.0, "b": 2.0}, {"b": 3.0, "a/x": 4.0, **known}, {**known, "a/x": 5.0, "b": 6.0}]
+    for rows in (same, odd, swapped):  # swapped: as many names in every row, one row in another order
         run = sdk.Run(tmp_path / str(len(rows)), rank=0, background=False)
         for step, metrics in enumerate(rows, 1):
             run.log_step(step, **metrics)
@@ -139,6 +140,34 @@ def test_truncated_stream_keeps_complete_batches(tmp_path: Path) -> None:
     steps, problems = read_table(tmp_path, "steps")
     assert steps.num_rows == 2
     assert problems and "rank-00000/steps.arrows" in problems[0].source and "kept the 2 rows" in problems[0].message
+
+
+def test_the_steps_stream_is_compressed_and_follows_an_uncompressed_one(tmp_path: Path) -> None:
+    """An SDK from before the compression left an uncompressed stream in the rank file; this one appends its
+    compressed stream: both read, every value in place, and the new stream is smaller than the same rows
+    uncompressed (the custom names repeat on every row)."""
+    import pyarrow as pa
+
+    from schemas.tables import STEPS
+
+    path = tmp_path / "rank-00000" / "steps.arrows"
+    path.parent.mkdir(parents=True)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, STEPS) as writer:
+        writer.write_batch(pa.RecordBatch.from_pylist([{"rank": 0, "step": 1, "loss": 9.0}], schema=STEPS))
+    before = path.stat().st_size
+    rows = [{f"moe/layer{k}_load_cv": step + k / 10 for k in range(10)} for step in range(2, 2002)]
+    run = sdk.Run(tmp_path, rank=0, background=False)
+    for step, metrics in enumerate(rows, 2):
+        run.log_step(step, **metrics)
+    run.close()
+    table, problems = read_table(tmp_path, "steps")
+    assert not problems and table.column("step").to_pylist() == list(range(1, 2002))
+    assert table.column("loss").to_pylist()[0] == 9.0
+    assert [dict(m) for m in table.column("extra").to_pylist()[1:]] == rows
+    plain = pa.BufferOutputStream()
+    with pa.ipc.new_stream(plain, STEPS) as writer:
+        writer.write_table(table.slice(1))
+    assert path.stat().st_size - before < plain.getvalue().size / 2
 
 
 def test_two_processes_appending_to_one_rank_file(tmp_path: Path) -> None:
