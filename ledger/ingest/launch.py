@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at
-from ledger.ingest.worker import ParseWorker, WorkerFailed
+from ledger.ingest.worker import LiveParser, WorkerFailed
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -108,18 +107,15 @@ def live_capture(parse: str | None) -> LineCapture:
     return LineCapture()
 
 
-def live_parser(parse: str | None) -> LineCapture | ParseWorker:
-    """:func:`live_capture` in a process of its own (:class:`ledger.ingest.worker.ParseWorker`), or in this one
-    where a process cannot be forked. Call it before starting any thread: it forks."""
-    try:
-        return ParseWorker(partial(live_capture, parse))
-    except OSError:
-        return live_capture(parse)
+def live_parser(parse: str | None) -> LiveParser:
+    """:func:`live_capture` as the tee feeds it: in the wrapper for a small output, in a process of its own past
+    that (:class:`ledger.ingest.worker.LiveParser`)."""
+    return LiveParser(parse)
 
 
 # ------------------------------------------------------------------------------------------ finish
 def finish(run_dir: Path, command: Sequence[str], cwd: Path, options: CaptureOptions | None = None,
-           live: LineCapture | ParseWorker | None = None) -> str:
+           live: LineCapture | LiveParser | None = None) -> str:
     """Fill the staging directory's missing metric tables from the launch's output and files; returns the
     sentence to print. ``live``: the output's parser, fed while the launch ran (:func:`live_capture`);
     None: ``output.log`` is read now."""
@@ -145,7 +141,7 @@ def _read_facts(run_dir: Path) -> dict[str, Any]:
 
 
 def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOptions,
-            live: LineCapture | ParseWorker | None) -> str:
+            live: LineCapture | LiveParser | None) -> str:
     from ledger.ingest.live import looks_like_megatron
 
     facts = _read_facts(run_dir)
@@ -166,7 +162,7 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
                 notes.append((LOG_FILE, f"{exc}; the log was parsed after the launch instead"))
                 live = None
         if live is not None or log.exists():
-            scan: LineCapture | ParseWorker
+            scan: LineCapture | LiveParser
             if live is not None:
                 scan = live
             else:

@@ -140,7 +140,6 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
         raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
     from ledger.ingest import launch
-    from ledger.ingest.worker import ParseWorker
 
     launch.check(opts.parse)
     env = dict(os.environ)
@@ -174,7 +173,6 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     write_wrapper_facts(run_dir, facts)
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
     launch.start(run_dir, opts.command, opts.cwd, redactor)
-    live = launch.live_parser(opts.parse)  # parses the output as the log is written; forks: before any thread
 
     capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
     capture.start()
@@ -196,6 +194,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     outputs = (opts.stdout or sys.stdout.buffer, err)
+    live = launch.live_parser(opts.parse)  # the output's metric lines, parsed as the log is written
     tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs, consumer=live.feed)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr))
@@ -218,8 +217,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     from ledger.ingest.live import augment
 
     notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
-    if tee.consumer is None and isinstance(live, ParseWorker):  # a failed parser: the log is read instead
+    if tee.consumer is None:  # a failed parser: the log is read instead
         live.abandon()
+    if live.note:
+        notes.append((LOG_FILE, live.note))
     captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard),
                              live=live if tee.consumer is not None else None)
     with contextlib.suppress(OSError):  # published as problems of the receipt

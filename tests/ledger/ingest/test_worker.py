@@ -1,9 +1,9 @@
-"""The output's parser in a process of its own: the same rows as in this process, nothing inherited, the
-terminal's signals ignored, and a parser that dies costs the run nothing (`ledger record` reads the log)."""
+"""The output's parser: in the wrapper for a small output, in a process of its own past that; the same rows
+either way, signals for the launch ignored, and a parser that dies or stalls costs the run nothing (`ledger
+record` reads the log)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -13,8 +13,7 @@ import pytest
 from helpers import LedgerAt
 
 from ledger.ingest.formats.scan import LineCapture
-from ledger.ingest.launch import live_capture
-from ledger.ingest.worker import ParseWorker, WorkerFailed
+from ledger.ingest.worker import LiveParser, WorkerFailed
 
 
 def _log(steps: int) -> bytes:
@@ -27,117 +26,103 @@ def _log(steps: int) -> bytes:
     return "".join(lines).encode()
 
 
-def _feed(target: LineCapture | ParseWorker, data: bytes, size: int = 4096) -> None:
+def _feed(target: LineCapture | LiveParser, data: bytes, size: int = 4096) -> None:
     for i in range(0, len(data), size):
         target.feed(data[i:i + size])
 
 
-def test_same_rows_as_in_process() -> None:
+def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
     data = _log(3000)
     here = LineCapture()
     _feed(here, data)
     here.close()
-    worker = ParseWorker(lambda: live_capture(None))
-    _feed(worker, data)
-    worker.close()
-    ours, theirs = here.best(), worker.best()
-    assert ours is not None and theirs is not None and theirs.name == ours.name == "key-value"
-    assert theirs.step_count() == 3000
-    assert theirs.tables()["steps"].equals(ours.tables()["steps"])
-    steps = theirs.tables()["steps"]
-    assert steps.column("loss").to_pylist()[-1] == round(3.0 / 3000, 6)  # as printed
-    assert worker.long_lines == here.long_lines == 0
-    with pytest.raises(ChildProcessError):  # reaped
-        os.waitpid(worker.pid, os.WNOHANG)
+    small = LiveParser(None, spawn_bytes=len(data) + 1)  # never hands over
+    large = LiveParser(None, spawn_bytes=20_000)  # hands over after the first 20 kB
+    for parser in (small, large):
+        _feed(parser, data)
+        parser.close()
+    assert not small.in_worker and large.in_worker
+    ours = here.best()
+    assert ours is not None and ours.name == "key-value" and ours.step_count() == 3000
+    for parser in (small, large):
+        theirs = parser.best()
+        assert theirs is not None and theirs.name == "key-value"
+        assert theirs.tables()["steps"].equals(ours.tables()["steps"])
+        assert theirs.tables()["evals"].equals(ours.tables()["evals"])
+        assert parser.long_lines == 0
+    loss = large.best().tables()["steps"].column("loss").to_pylist()  # type: ignore[union-attr]
+    assert loss[-1] == round(3.0 / 3000, 6)  # as printed
+    assert large.worker is not None and large.worker.returncode == 0
 
 
-def _open_files(pid: int) -> set[str]:
-    fds = Path(f"/proc/{pid}/fd")
-    out = set()
-    for fd in fds.iterdir():
-        try:
-            out.add(os.readlink(fd))
-        except OSError:
-            pass
-    return out
+def _ignored(pid: int) -> int:
+    """The signals a process ignores, as a bit mask (Linux: /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    return 0
 
 
-def test_worker_holds_nothing_of_the_wrapper(tmp_path: Path) -> None:
-    lock = open(tmp_path / "staging.lock", "w")  # noqa: SIM115 - held across the fork on purpose
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    worker = ParseWorker(lambda: live_capture(None))
-    try:
-        import time
+def test_the_worker_ignores_the_launchs_signals() -> None:
+    parser = LiveParser(None, spawn_bytes=1000)
+    _feed(parser, _log(100))
+    assert parser.worker is not None
+    import time
 
-        path = str(tmp_path / "staging.lock")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and path in _open_files(worker.pid):  # the fork closes what it inherited
-            time.sleep(0.02)
-        assert path not in _open_files(worker.pid)
-        lock.close()  # the wrapper lets go: nobody else may hold it now
-        other = open(tmp_path / "staging.lock", "w")  # noqa: SIM115
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if the worker kept a copy
-        other.close()
-        os.kill(worker.pid, signal.SIGINT)  # a Ctrl-C at the terminal reaches the whole process group
-        os.kill(worker.pid, signal.SIGTERM)
-        _feed(worker, _log(20))
-        worker.close()
-        best = worker.best()
-        assert best is not None and best.step_count() == 20
-    finally:
-        worker.abandon()
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _ignored(parser.worker.pid) & wanted != wanted:  # it has started
+        time.sleep(0.02)
+    assert _ignored(parser.worker.pid) & wanted == wanted
+    os.kill(parser.worker.pid, signal.SIGINT)  # a Ctrl-C or a scheduler's SIGTERM is for the launch
+    os.kill(parser.worker.pid, signal.SIGTERM)
+    _feed(parser, _log(20))
+    parser.close()
+    best = parser.best()
+    assert best is not None and best.step_count() == 100  # steps 1..20 again: merged by step, first value kept
 
 
 def test_a_dead_worker_is_said() -> None:
-    worker = ParseWorker(lambda: live_capture(None))
-    os.kill(worker.pid, signal.SIGKILL)
-    os.waitpid(worker.pid, 0)
+    parser = LiveParser(None, spawn_bytes=1000)
+    _feed(parser, _log(100))
+    assert parser.worker is not None
+    parser.worker.kill()
+    parser.worker.wait()
     with pytest.raises(WorkerFailed):
-        _feed(worker, _log(2000) * 8)  # more than the pipe holds: the write fails
+        _feed(parser, _log(2000) * 8, size=1 << 20)  # more than the pipe holds: the write fails
     with pytest.raises(WorkerFailed):
-        worker.close()
+        parser.close()
+
+
+def test_a_stuck_worker_does_not_hold_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ledger.ingest.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "STALL_S", 0.5)
+    parser = LiveParser(None, spawn_bytes=1000)
+    _feed(parser, _log(100))
+    assert parser.worker is not None
+    os.kill(parser.worker.pid, signal.SIGSTOP)  # alive, but it reads nothing and sends nothing
+    try:
+        with pytest.raises(WorkerFailed, match="took no output"):
+            _feed(parser, _log(2000) * 8, size=1 << 20)
+        with pytest.raises(WorkerFailed, match="sent nothing"):
+            parser.close()
+    finally:
+        parser.abandon()
+    assert parser.worker.returncode == -signal.SIGKILL  # stopped and reaped
 
 
 def test_record_keeps_the_metrics_when_the_parser_dies(tmp_path: Path) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("for i in range(1, 401):\n    print(f'step {i} loss {1.0 / i:.5f} lr 0.001', flush=True)\n")
     from conftest import BIN, child_env
 
+    script = tmp_path / "train.py"  # about 1.5 MB of output: past the wrapper's share, the worker parses it
+    script.write_text("for i in range(1, 40001):\n    print(f'step {i} loss {1.0 / i:.5f} lr 0.001', flush=False)\n")
     lg = LedgerAt(tmp_path)
     out = subprocess.run([str(BIN / "ledger"), "--ledger", str(lg.dir), "record", "--name", "killed-parser", "--",
                           "python", str(script)], env=child_env(LEDGER_FAULT_AT="parser"), cwd=tmp_path,
                          capture_output=True, text=True, timeout=180, check=True)
-    assert "captured 400 steps (loss, lr) from output [key-value]" in out.stderr
+    assert "captured 40000 steps (loss, lr) from output [key-value]" in out.stderr
     receipt = lg.json("show", "killed-parser")
-    assert receipt["summary"]["steps"] == 400 and receipt["summary"]["final_loss"] == 0.0025
+    assert receipt["summary"]["steps"] == 40000 and receipt["summary"]["final_loss"] == 0.00003
     problems = " ".join(p["message"] for p in receipt["problems"])
-    assert "parser process" in problems and "parsed after the launch" in problems
-
-
-class _Hangs(LineCapture):
-    """A parser that never finishes its last step (as a bug in a format could)."""
-
-    def close(self) -> None:
-        import time
-
-        time.sleep(3600)
-
-
-def test_a_stuck_worker_does_not_hold_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
-    import ledger.ingest.worker as worker_module
-
-    monkeypatch.setattr(worker_module, "STALL_S", 0.5)
-    stuck = ParseWorker(lambda: time.sleep(3600))  # type: ignore[arg-type,return-value]
-    with pytest.raises(WorkerFailed, match="took no output"):
-        _feed(stuck, _log(2000) * 8, size=1 << 20)
-    stuck.abandon()
-    with pytest.raises(WorkerFailed):
-        stuck.close()
-    hangs = ParseWorker(_Hangs)
-    _feed(hangs, _log(50))
-    with pytest.raises(WorkerFailed, match="sent nothing"):
-        hangs.close()
-    with pytest.raises(ChildProcessError):  # killed and reaped
-        os.waitpid(hangs.pid, os.WNOHANG)
+    assert "parser process" in problems
