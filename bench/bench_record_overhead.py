@@ -152,7 +152,7 @@ def main() -> None:
               f"{cpu[name] * 1e3:8.1f}")
     first_mlflow, first_ours = first["mlflow start_run/end_run"], first["ledger record -- python -c pass"]
     print(f"first run: MLflow creates and migrates its sqlite database ({first_mlflow * 1e3:.0f} ms), ours "
-          f"creates the ledger directory and index ({first_ours * 1e3:.0f} ms); done once before timing, "
+          f"creates the ledger directory ({first_ours * 1e3:.0f} ms); done once before timing, "
           "not counted")
     print(f"receipts published: {receipts} of {args.n + 1} wrapped runs")
     print(f"left to the index's next reader: `ledger ls` catching up {receipts} receipts {catch_up * 1e3:.0f} ms, "
