@@ -6,8 +6,8 @@ times interleaved (the order rotates every round) in one run. Both sides get the
 - ours: a fresh temporary ledger directory ($LEDGER_DIR); the launch runs in a small temporary git
   repository, so the wrapper's stack capture does the work it does in a real training repository;
 - MLflow: ``MLFLOW_TRACKING_URI=sqlite:///<tmp>/mlflow.db``, same working directory.
-The first call of each (MLflow creates and migrates its database, ours creates the ledger and its
-index) is timed separately, reported, and not counted in the medians. Every command may write Python's
+The first call of each (MLflow creates and migrates its database, ours creates the ledger) is timed
+separately, reported, and not counted in the medians. Every command may write Python's
 bytecode cache (into a temporary ``PYTHONPYCACHEPREFIX``, even under ``PYTHONDONTWRITEBYTECODE``): an
 installed package has its modules compiled, so neither side is timed compiling its own source.
 
@@ -15,6 +15,11 @@ installed package has its modules compiled, so neither side is timed compiling i
 project's must stay without pandas); that side's overhead is then measured against a bare ``-c pass`` of
 the same interpreter. The CPU time of each command (its own and its children's) is printed beside the wall
 time: on a loaded machine, the ratio of CPU times is the one to expect on a quiet one.
+
+`ledger record` does not sync the DuckDB index: the next reader adds the receipts published since. That cost
+is not in our figure, so it is measured and printed beside it: after the timed runs, one `ledger ls` (which
+catches up every receipt recorded here) and then a second one (the index already current); their difference,
+per receipt, is what each recorded run leaves to its first reader.
 
 Target: our overhead <= 0.15 x MLflow's; ratio = ours / MLflow (lower is better).
 
@@ -118,6 +123,12 @@ def main() -> None:
         from ledger.store.receipts import Ledger
 
         receipts = len(Ledger(root / "receipts").ids())
+        ls_env = base_env | {"LEDGER_DIR": str(root / "receipts")}
+        ls = [*ledger_command(), "ls", "--json"]
+        catch_up = timed(ls, ls_env, cwd, "ls (catching up)")
+        current = timed(ls, ls_env, cwd, "ls (index current)")
+        deferred = (catch_up - current) / receipts
+        deferred_cpu = (CPU["ls (catching up)"][0] - CPU["ls (index current)"][0]) / receipts
 
     med = {name: statistics.median(t) for name, t in times.items()}
     cpu = {name: statistics.median(c) for name, c in CPU.items()}
@@ -141,9 +152,12 @@ def main() -> None:
               f"{cpu[name] * 1e3:8.1f}")
     first_mlflow, first_ours = first["mlflow start_run/end_run"], first["ledger record -- python -c pass"]
     print(f"first run: MLflow creates and migrates its sqlite database ({first_mlflow * 1e3:.0f} ms), ours "
-          f"creates the ledger directory and index ({first_ours * 1e3:.0f} ms); done once before timing, "
+          f"creates the ledger directory ({first_ours * 1e3:.0f} ms); done once before timing, "
           "not counted")
     print(f"receipts published: {receipts} of {args.n + 1} wrapped runs")
+    print(f"left to the index's next reader: `ledger ls` catching up {receipts} receipts {catch_up * 1e3:.0f} ms, "
+          f"then with the index current {current * 1e3:.0f} ms: {deferred * 1e3:.0f} ms per receipt "
+          f"({deferred_cpu * 1e3:.0f} ms CPU), once, by whoever reads the index first")
     print(f"ours / MLflow = {ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms = {ratio:.3f} (target <= {TARGET}); "
           f"CPU time: {cpu_ours * 1e3:.1f} ms / {cpu_theirs * 1e3:.1f} ms = {cpu_ours / cpu_theirs:.3f}; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -155,7 +169,10 @@ def main() -> None:
         "note": (f"median of {args.n} minus python -c pass; reference: mlflow start_run+end_run, sqlite, "
                  f"database created before timing (that first run: {first_mlflow:.2f} s); CPU-time ratio "
                  f"{cpu_ours / cpu_theirs:.3f} ({cpu_ours * 1e3:.0f} / {cpu_theirs * 1e3:.0f} ms); load average "
-                 f"{os.getloadavg()[0]:.1f}; ratio = ours / reference, target <="),
+                 f"{os.getloadavg()[0]:.1f}; the index sync is left to the next reader: "
+                 f"{deferred * 1e3:.0f} ms per receipt ({deferred_cpu * 1e3:.0f} ms CPU) in the first `ledger ls` "
+                 "after the runs; "
+                 "ratio = ours / reference, target <="),
     }))
 
 

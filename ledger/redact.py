@@ -35,7 +35,7 @@ redacted, ``KMP_AFFINITY`` and ``NCCL_IB_HCA`` are not.
 
 Long texts (log batches) run the rules only on the lines where one could match: a line holding a guard word
 of a contextual rule, or the literal start of a token shape (``AKIA``, ``glpat-``, ``sk-``...; derived from
-each pattern). One RE2 scan (:data:`_HOT`, a DFA: linear time, no per-line Python work) finds those lines;
+each pattern). One RE2 scan (:func:`_hot_pattern`, a DFA: linear time, no per-line Python work) finds those lines;
 the others are copied as they are. Rule 1 and PEM blocks (over lines) run on the whole text.
 :class:`StreamRedactor` carries an open PEM block from one batch of the output log to the next, and
 :meth:`StreamRedactor.feed_bytes` does all this on bytes (the output tee).
@@ -43,6 +43,7 @@ the others are copied as they are. Rule 1 and PEM blocks (over lines) run on the
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -50,8 +51,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import re2
 
 REDACTED = "<redacted>"
 """The placeholder every redacted value becomes."""
@@ -134,6 +133,30 @@ def secret_value(name: str, value: str) -> bool:
 _Sub = Callable[[re.Match[str]], str]
 
 
+class _Lazy:
+    """A regular expression compiled on its first use. Compiling the ~60 rules below (Python's ``re`` parses
+    each in Python) took a large part of every `ledger record`'s start, while a launch's short texts reach few
+    of them: a rule whose guard never occurs is never compiled. Behaves as the compiled pattern."""
+
+    __slots__ = ("_compiled", "flags", "pattern")
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:  # two threads may both compile it: the same pattern either way
+            self._compiled = re.compile(self.pattern, self.flags)
+        return self._compiled
+
+    def sub(self, repl: str | _Sub, string: str) -> str:
+        return self.compiled().sub(repl, string)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled(), name)
+
+
 def _keep(group: int, suffix: str = "") -> _Sub:
     """A substitution that keeps group ``group``, redacts the rest of the match and appends ``suffix``."""
     return lambda m: m.group(group) + REDACTED + suffix
@@ -150,11 +173,11 @@ _CONTEXT_WORDS = ("token", "key", "secret", "pass", "pwd", "credential", "cookie
 """Every contextual rule below needs one of these words (in any case): a line without any, as most log lines
 are, skips those rules."""
 
-_Rule = tuple[re.Pattern[str], "str | _Sub", tuple[str, ...] | None]
+_Rule = tuple[_Lazy, "str | _Sub", tuple[str, ...] | None]
 """(pattern, replacement, guards): the rule runs only where one of the guards occurs (lower-case guards are
 looked for in the lower-cased text, others as they are); None: always, over the whole text."""
 
-_PEM = re.compile(
+_PEM = _Lazy(
     r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----.*?(?:-----END (?P=kind)-----|\Z)"
     r"|---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----.*?(?:---- END SSH2 ENCRYPTED PRIVATE KEY ----|\Z)", re.S)
 """A PEM private key block, up to the END line of its own kind (another stream's block printed in the middle
@@ -164,10 +187,10 @@ _WHOLE: tuple[_Rule, ...] = (
     # PEM private keys (whole block, over lines; an unterminated block is cut at the end of the text)
     (_PEM, REDACTED, ("-----begin ", "---- begin ")),
     # credentials in URLs: keep the scheme, drop user[:password]
-    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@"), ("://",)),
+    (_Lazy(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/?#@'\"<>]+@)+"), _keep(1, "@"), ("://",)),
     # shapes detect-secrets has no plugin for: AWS ids, Hugging Face, GitHub fine-grained PATs, OpenAI/Anthropic
     # `sk-`, Slack, Google API keys (each starts with a literal: the regex engine finds it fast in any text)
-    *((re.compile(p), REDACTED, None) for p in (
+    *((_Lazy(p), REDACTED, None) for p in (
         r"AKIA[0-9A-Z]{16}\b", r"ASIA[0-9A-Z]{16}\b", r"hf_[A-Za-z0-9]{30,}", r"gh[pousr]_[A-Za-z0-9]{30,}",
         r"github_pat_[A-Za-z0-9_]{22,}", r"sk-[A-Za-z0-9_-]{20,}", r"xox[abprs]-[A-Za-z0-9-]{10,}",
         r"AIza[0-9A-Za-z_-]{35}")),
@@ -175,23 +198,23 @@ _WHOLE: tuple[_Rule, ...] = (
 
 _LINE: tuple[_Rule, ...] = (
     # Authorization headers, keeping the scheme word; then any remaining `Bearer xyz`
-    (re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?)"
+    (_Lazy(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?)"
                 r"[^\s\"',;]+"), _keep(1), ("auth",)),
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1), ("bearer",)),
+    (_Lazy(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), _keep(1), ("bearer",)),
     # W&B keys only in context: a bare 40-hex string is usually a git sha
-    (re.compile(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1), ("wandb",)),
+    (_Lazy(r"(?i)(\bwandb\s+login\b[^\n]*?)\b[0-9a-f]{40}\b"), _keep(1), ("wandb",)),
     # mysql -pSECRET (the password glued to -p), curl -u user:SECRET / --user user:SECRET
-    (re.compile(r"(\bmysql\w*\b[^\n]*?\s-p)(?!\s)[^\s\"']+"), _keep(1), ("mysql",)),
-    (re.compile(r"((?:\s|^)(?:-u\s*|--user[\s=]+)[\"']?[^\s:\"']*:)[^\s\"']+"), _keep(1), (" -u", "-u ", "--user")),
+    (_Lazy(r"(\bmysql\w*\b[^\n]*?\s-p)(?!\s)[^\s\"']+"), _keep(1), ("mysql",)),
+    (_Lazy(r"((?:\s|^)(?:-u\s*|--user[\s=]+)[\"']?[^\s:\"']*:)[^\s\"']+"), _keep(1), (" -u", "-u ", "--user")),
     # --flag value / --flag=value in free text, and '--flag', 'value' in a printed list
-    (re.compile(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+|[\"']?\s*,\s*[\"']?)"
+    (_Lazy(r"(?P<name>(?<![\w-])--?[A-Za-z][\w.-]*)(?:=|\s+|[\"']?\s*,\s*[\"']?)"
                 r"(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"), _name_value, _CONTEXT_WORDS),
     # NAME=value, NAME: value, "name": "value"
-    (re.compile(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
+    (_Lazy(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
                 r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"),
      _name_value, _CONTEXT_WORDS),
     # high-entropy quoted strings (detect-secrets' Base64HighEntropyString: charset and limit)
-    (re.compile(r"([\"'])([A-Za-z0-9+/=_-]{20,})\1"), lambda m: _entropic(m, 2), ('"', "'")),
+    (_Lazy(r"([\"'])([A-Za-z0-9+/=_-]{20,})\1"), lambda m: _entropic(m, 2), ('"', "'")),
 )
 _NOT_HOT = ('"', "'")
 """Guards that do not make a line of a long text hot on their own (quotes are everywhere in JSON logs): the
@@ -294,7 +317,7 @@ def _load_rules() -> tuple[tuple[_Rule, ...], tuple[_Rule, ...]]:
     whole: list[_Rule] = []
     line: list[_Rule] = []
     for item in json.loads(RULES_FILE.read_text()):
-        rule = (re.compile(item["pattern"], item["flags"]), _plugin_sub, None)
+        rule = (_Lazy(item["pattern"], item["flags"]), _plugin_sub, None)
         if item["guards"] is None:
             whole.append(rule)
         else:
@@ -309,10 +332,10 @@ def _one_pass(rules: tuple[_Rule, ...]) -> _Rule:
     for pattern, _, _ in rules:
         body = re.sub(r"\((?!\?)", "(?:", pattern.pattern)  # no capturing groups
         parts.append(f"(?i:{body})" if pattern.flags & re.IGNORECASE else f"(?:{body})")
-    return re.compile("|".join(parts)), REDACTED, None
+    return _Lazy("|".join(parts)), REDACTED, None
 
 
-def literal_starts(pattern: re.Pattern[str]) -> list[str] | None:
+def literal_starts(pattern: re.Pattern[str] | _Lazy) -> list[str] | None:
     """The literal strings one of which starts every match of ``pattern`` (``(ghp|gho)_x`` -> ``ghp_``,
     ``gho_``), from its parse tree; None when some match may start otherwise (or the set is too large)."""
     from re import _constants as c  # type: ignore[attr-defined]
@@ -350,23 +373,40 @@ _ALL_LINE = _LINE + _PLUGIN_LINE
 _GUARDS = {g for _, _, guards in _ALL_LINE for g in guards or ()} - set(_NOT_HOT)
 _LINE_GUARDS = sorted(g for g in _GUARDS if not any(o != g and o in g and o not in _NOT_SECRET_WORDS for o in _GUARDS))
 """Every guard of a line rule, less those that contain a shorter one (``pwd`` is found by ``pw``)."""
-_SHAPE_STARTS = [literal_starts(p) for p, _, _ in _WHOLE[2:] + _PLUGIN_WHOLE]
-_ANYWHERE = tuple(r for r, starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _SHAPE_STARTS, strict=True) if starts is None)
-"""Token shapes without a literal start (none today): they run over the whole of a long text."""
-_HOT_RULES = (_WHOLE[1], _one_pass(tuple(r for r in _WHOLE[2:] + _PLUGIN_WHOLE if r not in _ANYWHERE)), *_ALL_LINE)
-"""What runs on a hot line of a long text: URL userinfo, the token shapes, the contextual rules."""
+
+
+@functools.cache
+def _shape_starts() -> list[list[str] | None]:
+    """:func:`literal_starts` of each token shape (parsed on the first long text, not at import)."""
+    return [literal_starts(p) for p, _, _ in _WHOLE[2:] + _PLUGIN_WHOLE]
+
+
+@functools.cache
+def _long_rules() -> tuple[tuple[_Rule, ...], tuple[_Rule, ...], Any]:
+    """(anywhere, hot rules, hot pattern) for long texts, made on the first one:
+
+    - anywhere: token shapes without a literal start (none today): they run over the whole of a long text;
+    - hot rules: what runs on a hot line of a long text: URL userinfo, the token shapes, the contextual rules;
+    - the hot pattern: :func:`_hot_pattern`."""
+    anywhere = tuple(r for r, starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _shape_starts(), strict=True)
+                     if starts is None)
+    hot_rules = (_WHOLE[1], _one_pass(tuple(r for r in _WHOLE[2:] + _PLUGIN_WHOLE if r not in anywhere)), *_ALL_LINE)
+    return anywhere, hot_rules, _hot_pattern()
+
 _PEM_STARTS = ("-----BEGIN ", "---- BEGIN ")
 _PEM_MARKS = tuple(start.encode() for start in _PEM_STARTS)
 """Where a PEM block may start (:data:`_PEM` is case-sensitive)."""
 
 
 def _hot_pattern() -> Any:
-    """One RE2 pattern (bytes, Latin-1) matching each whole line where a rule of :data:`_HOT_RULES` may match:
+    """One RE2 pattern (bytes, Latin-1) matching each whole line where a hot rule (:func:`_long_rules`) may match:
     a guard of a line rule (lower-case guards in any case; ``token`` not as in ``tokens``, ``tokenizer``:
     :data:`_NOT_SECRET_WORDS`), ``://``, or a literal start of a token shape (in its pattern's case)."""
+    import re2
+
     sensitive: set[str] = {g for g in _LINE_GUARDS if g != g.lower()}
     insensitive: set[str] = {g for g in _LINE_GUARDS if g == g.lower()} | {"://"}
-    for (pattern, _, _), starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _SHAPE_STARTS, strict=True):
+    for (pattern, _, _), starts in zip(_WHOLE[2:] + _PLUGIN_WHOLE, _shape_starts(), strict=True):
         for start in starts or ():
             (insensitive if pattern.flags & re.IGNORECASE else sensitive).add(start.lower()
                                                                             if pattern.flags & re.IGNORECASE
@@ -382,8 +422,6 @@ def _hot_pattern() -> Any:
     alternatives = [re.escape(g) for g in sorted(sensitive)] + [f"(?i:{'|'.join(lower)})"]
     return re2.compile(f"(?m)^.*(?:{'|'.join(alternatives)}).*$".encode("latin-1"))
 
-
-_HOT = _hot_pattern()
 
 
 def _hit(guards: tuple[str, ...] | None, s: str, lower: str) -> bool:
@@ -497,12 +535,13 @@ class Redactor:
                 data = data.replace(value, _REDACTED_BYTES)
         if any(mark in data for mark in _PEM_MARKS):
             data = _PEM.sub(REDACTED, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
-        if _ANYWHERE:
-            data = _apply(_ANYWHERE, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+        anywhere, hot_rules, hot_lines = _long_rules()
+        if anywhere:
+            data = _apply(anywhere, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
         pieces, last = [], 0
-        for m in _HOT.finditer(data):
+        for m in hot_lines.finditer(data):
             start, end = m.span()
-            hot = _apply(_HOT_RULES, data[start:end].decode("utf-8", "surrogatepass"))
+            hot = _apply(hot_rules, data[start:end].decode("utf-8", "surrogatepass"))
             pieces += [data[last:start], hot.encode("utf-8", "surrogatepass")]
             last = end
         if not pieces:

@@ -27,10 +27,17 @@ def F(factor: Factor, default: Any = None, **kwargs: Any) -> Any:
     return Field(default, json_schema_extra=extra, **kwargs)
 
 
+DOCUMENTED = __name__ == "schemas.documented_receipt"
+"""Whether this copy of the module reads each field's docstring into its description. The runtime models
+(``schemas.receipt``) do not: pydantic reads them from the module's source with inspect and tokenize, about a
+third of this module's import time, which every `ledger record` paid; the JSON Schema files and anything that
+shows field descriptions use the documented copy (:mod:`schemas.documented`). Both validate alike."""
+
+
 class Model(BaseModel):
     """Base of every receipt model: strict, immutable, documented."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=DOCUMENTED)
 
 
 # ---------------------------------------------------------------------------------------------- stack

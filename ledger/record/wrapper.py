@@ -4,7 +4,11 @@ The child runs in its own process group with ``LEDGER_RUN_DIR`` pointing at the 
 The wrapper tees the child's stdout and stderr to the terminal and (secrets redacted) to ``output.log``,
 forwards SIGINT/SIGTERM/SIGHUP to the child's group, captures the stack in a background thread, samples
 its own node's telemetry, and on exit — success, failure, signal, child killed — publishes the receipt
-(:mod:`ledger.store.publish`), syncs the index if it can, prints the id and exits with the child's exit code.
+(:mod:`ledger.store.publish`), prints the id and exits with the child's exit code.
+
+It does not sync the DuckDB index: the publish appends the id to the ledger's journal, and the next reader of
+the index (:func:`ledger.store.index.reader`) adds what was published since, before it answers. A launch thus
+never loads DuckDB nor waits for the index's lock, and a sweep of many launches is indexed in one catch-up.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from typing import IO, TYPE_CHECKING, Any
 from ledger import __version__
 from ledger.errors import BadInput, LedgerNotWritable
 from ledger.store.faults import fault
-from ledger.store.index import try_sync
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
 from ledger.store.publish import (
     Outcome,
@@ -252,9 +255,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
                   f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
         return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
-    os.close(lock_fd)
-    fault("indexing")
-    try_sync(ledger)
+    os.close(lock_fd)  # the index is left to its next reader, which catches up from the journal
     say(err, f"ledger: {captured}")
     say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)

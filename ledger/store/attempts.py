@@ -23,14 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from ledger.errors import AmbiguousRef, BadInput
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 from schemas import Receipt
 from schemas.receipt import Task
+
+if TYPE_CHECKING:  # `ledger record` calls auto_link: DuckDB only when a resume is looked up
+    import duckdb
 
 OVERLAP_TOLERANCE_S = 1e-3
 """Attempts may touch (one ends as the next starts) but not overlap by more than this."""
@@ -164,10 +166,9 @@ def auto_link(
     Returns None when the launch is not a resume, has no name, or no earlier run matches. Raises
     :class:`AmbiguousRef` when several logical runs match (then ``--attempt-of REF`` must say which).
     """
-    from ledger.store import index
-
     if not name or not is_resume(command) or not ledger.root.is_dir() or not ledger.ids():
         return None
+    from ledger.store import index
     here = Path(cwd) if cwd is not None else Path.cwd()
     wanted = _option(command, "--checkpoint-dir")
     wanted_dir = os.path.normpath(here / wanted) if wanted else None

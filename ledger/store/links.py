@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.store import index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
@@ -18,6 +17,8 @@ def resolve_links(
     out: dict[str, Any] = {"attempt_of": None, "replicates": None, "baseline": None, "attempt": 1}
     if not (attempt_of or replicates or baseline):
         return out
+    from ledger.store import index  # DuckDB: only for a launch that names other receipts
+
     with index.reader(ledger) as con:
         if replicates:
             out["replicates"] = resolve(con, replicates)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from ledger.errors import AmbiguousRef, DamagedReceipt, InvalidRef, UnknownRef
 
 MAX_REF = 200
 MIN_PREFIX = 4
+if TYPE_CHECKING:  # `ledger record --name` checks a name without loading DuckDB
+    import duckdb
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 

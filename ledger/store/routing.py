@@ -18,9 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
-
-if TYPE_CHECKING:  # the index imports this module; `ledger ls` must not load Arrow
+if TYPE_CHECKING:  # the index imports this module; `ledger ls` must not load Arrow, nor the staging reader DuckDB
+    import duckdb
     import pyarrow as pa
 
 LONG_TO_LISTS = """
@@ -126,6 +125,7 @@ def as_lists(table: pa.Table) -> pa.Table:
     """A routing table in the list layout (long rows are converted; a list-layout table is returned as is)."""
     if not is_long(table.schema):
         return table
+    import duckdb
     import pyarrow as pa
 
     from schemas.tables import ROUTING

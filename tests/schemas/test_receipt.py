@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import Factor, Receipt, Workload, content_id, factor_of, flatten, is_sealed, leaves, seal
+from schemas.documented import model as documented_model
 from schemas.receipt import Model
 
 
@@ -21,8 +22,35 @@ def test_every_leaf_has_a_factor_and_a_docstring() -> None:
     assert len(paths) > 100
     for model in _all_models():
         assert model.model_config.get("extra") == "forbid" and model.model_config.get("frozen")
-        for name, info in model.model_fields.items():
+        documented = documented_model(model.__name__)
+        assert set(documented.model_fields) == set(model.model_fields)
+        for name, info in documented.model_fields.items():
             assert info.description, f"{model.__name__}.{name} has no docstring"
+
+
+def _without_field_descriptions(schema: object) -> object:
+    """A JSON Schema less the description of each property (a model's own description stays)."""
+    if isinstance(schema, list):
+        return [_without_field_descriptions(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _without_field_descriptions(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {name: {k: v for k, v in prop.items() if k != "description"}
+                             for name, prop in out["properties"].items()}
+    return out
+
+
+def test_runtime_models_are_the_documented_ones_less_field_descriptions() -> None:
+    runtime = Receipt.model_json_schema(mode="serialization")
+    documented = documented_model("Receipt").model_json_schema(mode="serialization")
+    assert documented != runtime  # the documented copy has the field docstrings, the runtime one not
+    assert _without_field_descriptions(documented) == runtime
+    r = seal(Receipt(run_uuid="u", status="failed", name="x", workload=Workload(seed=3)))
+    data = r.model_dump(mode="json")
+    assert documented_model("Receipt").model_validate(data).model_dump(mode="json") == data
+    with pytest.raises(ValidationError, match="extra"):
+        documented_model("Workload").model_validate({"seed": 1, "sneaky": True})
 
 
 def test_task_fields_are_the_frozen_task() -> None:

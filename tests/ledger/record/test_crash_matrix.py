@@ -55,7 +55,6 @@ EXPECTED_AFTER_RECOVER = {
     "finalizing": ("succeeded", 4),  # the wrapper saw the exit (exit.json) before dying
     "publishing": ("succeeded", 4),
     "published": ("succeeded", 4),
-    "indexing": ("succeeded", 4),
 }
 
 
@@ -68,7 +67,7 @@ def test_wrapper_killed_at_each_phase(phase: str, ledger_cli, ledger_dir, worklo
     visible = ids_in(ledger_dir)
     for rid in visible:  # whatever is visible is complete and valid
         assert ledger_cli("show", rid).returncode == 0
-    assert len(visible) == (1 if phase in ("published", "indexing") else 0)
+    assert len(visible) == (1 if phase == "published" else 0)
     staging = [p for p in (ledger_dir / ".staging").iterdir()] if (ledger_dir / ".staging").exists() else []
     for run_dir in staging:
         facts = json.loads((run_dir / "wrapper.json").read_text())

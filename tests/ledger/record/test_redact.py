@@ -232,3 +232,25 @@ def test_random_tokens_are_judged_by_entropy() -> None:
     r = Redactor({})
     assert r.label(token) == REDACTED and r.argv(["train.py", token]) == ["train.py", REDACTED]
     assert r.text(f'key "{token}" set') == f'key "{REDACTED}" set'
+
+
+def test_rules_are_compiled_when_their_guard_first_occurs() -> None:
+    """A launch's plain texts compile only the unguarded token shapes; a rule is compiled (and applied) the
+    first time its guard occurs. In a fresh interpreter: this one's earlier tests compiled rules already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ledger.redact as r\n"
+        "red = r.Redactor({})\n"
+        "assert red.argv(['python', 'train.py', '--lr', '0.1']) == ['python', 'train.py', '--lr', '0.1']\n"
+        "rules = [p for p, _, guards in r._ALL_LINE + r._ALL_WHOLE if guards is not None]\n"
+        "print(sum(p._compiled is not None for p in rules), len(rules))\n"
+        "print(red.text('Authorization: Bearer abcdefghijkl1234'))\n"
+        "print(sum(p._compiled is not None for p in rules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    compiled, total = map(int, out[0].split())
+    assert compiled == 0 and total >= 20
+    assert out[1] == f"Authorization: Bearer {REDACTED}"
+    assert int(out[2]) >= 1

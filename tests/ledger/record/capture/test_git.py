@@ -171,3 +171,24 @@ def test_repository_without_commits(tmp_path: Path) -> None:
     git(tmp_path, "add", "a.py")
     staged = capture_code(tmp_path, REDACTOR)
     assert staged.error is None and staged.dirty is True and staged.diff_digest is not None
+
+
+def test_a_bare_repository_has_its_commit_and_branch_but_no_work_tree(repo: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    code = capture_code(bare, REDACTOR)
+    assert code.is_repo and code.error is None
+    assert code.commit == git(repo, "rev-parse", "HEAD") and code.branch == "main"
+    assert code.dirty is None and code.diff_digest is None
+
+
+def test_a_rename_is_a_tracked_change(repo: Path) -> None:
+    git(repo, "mv", "train.py", "renamed.py")
+    code = capture_code(repo, REDACTOR)
+    assert code.dirty is True and code.diff_digest is not None and code.error is None
+
+
+def test_without_git_the_probe_says_so(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(repo))  # no git executable there
+    code = capture_code(repo, REDACTOR)
+    assert code.commit is None and code.error is not None and "git not found" in code.error

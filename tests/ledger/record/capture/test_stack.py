@@ -18,7 +18,7 @@ def test_capture_stack(tmp_path: Path) -> None:
     env = {**os.environ, "NCCL_DEBUG": "INFO", "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123456",
            "NCCL_IB_HCA": "mlx5_0", "CUDA_VISIBLE_DEVICES": "0,1"}
     argv = ["torchrun", "--nproc_per_node", "2", "train.py", "--hf-token", env["HF_TOKEN"]]
-    capture_stack(tmp_path, env, argv, Redactor(env))  # warm: imports gitpython once
+    capture_stack(tmp_path, env, argv, Redactor(env))  # warm: imports the probes once
     start = time.perf_counter()
     stack = capture_stack(tmp_path, env, argv, Redactor(env))
     elapsed = time.perf_counter() - start
