@@ -143,6 +143,7 @@ def record(
         parse=parse,
         tensorboard=tensorboard,
         job=JobOptions(key=job_key, node_rank=node_rank, nnodes=nnodes, timeout_s=job_timeout),
+        yield_cpu=True,  # this process ends with the record: its bookkeeping yields to interactive readers
         **links,
     )
     result = run_record(ledger, opts)

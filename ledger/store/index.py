@@ -637,7 +637,13 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
     then again to open; when the index stays busy longer (a ``reindex``, another reader's long query), it
     reads the receipt files themselves into an in-memory index (every receipt verified, as a sync does),
     says so on stderr and never waits more than twice ``timeout`` — in a ledger of up to
-    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead."""
+    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead.
+
+    While receipts are being published (:func:`ledger.store.journal.publishing_now`) and the index is more
+    than one round (:data:`READER_SYNC_ROUND`) behind, a reader indexes none of them: on a machine busy with
+    publishers its share of the CPU is small, so it answers from the index as it is, at once, and says on
+    stderr how many receipts that answer leaves out (the publishers' own syncs and the first reader after
+    them index those)."""
     if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -656,13 +662,23 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
 
 def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
     if ledger.index_path.exists():
+        flood = journal.publishing_now(ledger.root)  # publishers give way to this reader within one sync
         try:
-            con = _connect(ledger.index_path, min(timeout, 0.5), read_only=True)
+            con = _connect(ledger.index_path, timeout if flood else min(timeout, 0.5), read_only=True)
         except (IndexBusy, duckdb.Error):
             con = None
         if con is not None:
             if is_current(ledger, con):
                 return con
+            if journal.publishing_now(ledger.root):
+                left = _not_indexed(ledger, con)
+                if left is not None and left > READER_SYNC_ROUND:
+                    import sys
+
+                    sys.stderr.write(f"ledger: {left} receipts published in the last moments are not in this answer "
+                                     "yet (receipts are being published; the publishers and the next reader index "
+                                     "them)\n")
+                    return con
             con.close()
     try:
         with writable(ledger, timeout) as con:
@@ -675,6 +691,19 @@ def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
     with writable(ledger, READER_LONG_WAIT_S) as con:
         _catch_up(ledger, con)
     return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
+
+
+def _not_indexed(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int | None:
+    """How many receipts the journal lists past the index's offset that the index does not hold (publishers'
+    own syncs index some without moving the offset); None for an index of another version."""
+    try:
+        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+    except duckdb.Error:
+        return None
+    if meta.get("version") != str(INDEX_VERSION):
+        return None
+    ids = set(journal.read_from(ledger.root, int(meta.get("journal_offset") or 0))[0])
+    return len(ids - _known_of(con, ids))
 
 
 def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:

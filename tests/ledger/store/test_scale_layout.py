@@ -163,6 +163,40 @@ def test_a_publisher_gives_way_to_a_waiting_reader(tmp_path: Path) -> None:
     assert not index.readers_waiting(ledger)
 
 
+def test_a_reader_among_publishers_answers_from_the_index_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """While a publish is under way and the index is more than one round behind, a reader indexes nothing (on a
+    machine busy with publishers its CPU share is small): it answers from the index as it is and says how many
+    receipts that leaves out; once no publish is under way, the next reader indexes them all."""
+    ledger = Ledger(tmp_path / "receipts")
+    seen: list[bool] = []
+    ledger.ensure_writable()
+    publish(ledger, _stage(ledger, 0), Outcome(status="succeeded", exit_code=0), redact=lambda s: s,
+            amend=lambda r, _: (seen.append(journal.publishing_now(ledger.root)), r)[1])
+    assert seen == [True] and not journal.publishing_now(ledger.root)  # a publish says so while it runs
+    assert index.try_sync(ledger) is not None
+    later = _publish(ledger, 3, first=1)  # published, not indexed
+    monkeypatch.setattr(index, "READER_SYNC_ROUND", 2)
+    with journal.publishing(ledger.root):  # another publish under way
+        with index.reader(ledger) as con:
+            assert con.execute("SELECT count(*) FROM receipts").fetchone() == (1,)
+        assert "3 receipts published in the last moments are not in this answer yet" in capsys.readouterr().err
+        monkeypatch.setattr(index, "READER_SYNC_ROUND", 3)  # no more than one round behind: indexed at once
+        assert len(_indexed(ledger)) == 4
+    _publish(ledger, 3, first=4)
+    assert len(_indexed(ledger)) == 7 and set(later) <= {rid for rid, _ in _indexed(ledger)}
+    assert "not in this answer" not in capsys.readouterr().err
+
+
+def test_yield_cpu_lowers_the_priority_of_the_calling_process() -> None:
+    code = ("import os; from ledger.store.publish import YIELD_NICENESS, yield_cpu; before = os.nice(0); "
+            "yield_cpu(); print(os.nice(0) - before, min(19 - before, YIELD_NICENESS))")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True)
+    lowered, expected = out.stdout.split()
+    assert lowered == expected and int(expected) > 0
+
+
 @pytest.mark.slow
 def test_a_current_index_is_opened_without_the_write_lock(tmp_path: Path) -> None:
     """Once nothing changed (journal, shards), a reader opens the index read-only: it reads while another
