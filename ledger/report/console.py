@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models, nor Arrow
     from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
-console = Console()
+console = Console(emoji=False)  # user text is data: ':fire:' stays ':fire:'
 MAX_ROWS = 1000
 SHORT_ID = 8
 """Hex characters of an id shown in tables: always whole (a unique prefix that `show` and `compare` take)."""
@@ -186,7 +186,7 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True, disable=not console.is_terminal)
+                   console=Console(stderr=True, emoji=False), transient=True, disable=not console.is_terminal)
     task = bar.add_task(label, total=None)
     with bar:
         yield lambda done, total: bar.update(task, completed=done, total=total)

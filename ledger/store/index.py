@@ -284,8 +284,9 @@ def sync(
 
     Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
     was published since), stats the shard directories and lists only those whose mtime changed (receipts
-    copied or pulled in, or removed). A full reconcile (every id listed) happens when asked (``full``),
-    when the ledger still holds receipts of the old flat layout, and when the journal was replaced."""
+    copied or pulled in, or removed); a sync with a ``limit`` that the journal alone already fills lists no
+    shard. A full reconcile (every id listed) happens when asked (``full``), when the ledger still holds
+    receipts of the old flat layout, and when the journal was replaced."""
     root = ledger.root
     result = SyncResult()
     meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
@@ -301,9 +302,15 @@ def sync(
         candidates = on_disk - known
         gone = known - on_disk
     else:
+        published = set(journal_ids) - _known_of(con, set(journal_ids))
+        if limit is not None and len(published) > limit:
+            # a round that cannot finish: the journal's receipts only. Listing the shards is left to the round
+            # that can finish: under a flood of publishes every shard changed moments ago, and listing them all
+            # (every id of the ledger) each round cost readers and publishers time that grew with the ledger
+            return _add_some(ledger, con, published, journal_ids, limit, result, progress)
         changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
         vanished = [s for s in stamps if s not in new_stamps]
-        candidates, gone = set(journal_ids), set()
+        candidates, gone = published, set()
         known_in = _known_in(con, changed + vanished)  # one pass over the index's ids, however many shards
         for shard in changed + vanished:
             listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
@@ -315,14 +322,9 @@ def sync(
         if not ledger.path(receipt_id).is_dir():
             _delete(con, receipt_id)
             result.removed.append(receipt_id)
-    todo = sorted(candidates)
-    if limit is not None and len(todo) > limit:
-        latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
-        result.left = len(candidates) - limit
-        todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
-        _add(ledger, con, todo, result, progress)
-        return result  # not up to date: offset and stamps stay, the next sync finds the rest again
-    _add(ledger, con, todo, result, progress)
+    if limit is not None and len(candidates) > limit:
+        return _add_some(ledger, con, candidates, journal_ids, limit, result, progress)
+    _add(ledger, con, sorted(candidates), result, progress)
     changed_stamps = {k: v for k, v in new_stamps.items() if stamps.get(k) != v}
     gone_stamps = [k for k in stamps if k not in new_stamps]
     if changed_stamps or gone_stamps or new_offset != offset:
@@ -334,6 +336,19 @@ def sync(
                         [list(changed_stamps), list(changed_stamps.values())])
         con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
         con.execute("COMMIT")
+    return result
+
+
+def _add_some(
+    ledger: Ledger, con: duckdb.DuckDBPyConnection, candidates: set[str], journal_ids: list[str], limit: int,
+    result: SyncResult, progress: Callable[[int, int], None] | None,
+) -> SyncResult:
+    """Add ``limit`` of the candidates, the latest published first (a publisher's own), and leave the rest, the
+    journal offset and the shard stamps to the next sync (the index is not up to date)."""
+    latest = [i for i in reversed(journal_ids) if i in candidates][:limit]
+    todo = sorted(set(latest) | set(sorted(candidates)[: max(0, limit - len(latest))]))
+    result.left = len(candidates) - len(todo)
+    _add(ledger, con, todo, result, progress)
     return result
 
 

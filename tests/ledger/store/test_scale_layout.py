@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -187,6 +188,23 @@ def test_a_reader_among_publishers_answers_from_the_index_as_it_is(
     _publish(ledger, 3, first=4)
     assert len(_indexed(ledger)) == 7 and set(later) <= {rid for rid, _ in _indexed(ledger)}
     assert "not in this answer" not in capsys.readouterr().err
+
+
+def test_a_round_the_journal_fills_lists_no_shard(tmp_path: Path) -> None:
+    """A sync with a limit that the journal's receipts alone exceed adds from the journal and lists no shard (under
+    a flood every shard changed moments ago: listing them all each round cost time that grew with the ledger);
+    the round that can finish lists them and finds a receipt that arrived without a publish (a copy)."""
+    ledger, other = Ledger(tmp_path / "receipts"), Ledger(tmp_path / "other")
+    _publish(ledger, 1)
+    assert index.try_sync(ledger) is not None
+    published = _publish(ledger, 3, first=1)
+    copied = _publish(other, 1, first=9)[0]
+    shutil.copytree(other.path(copied), ledger.new_path(copied))  # arrives without a journal line
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=1)
+        assert first.added == [published[-1]] and first.left == 2  # the copy is not seen yet
+        rest = index.sync(ledger, con)
+        assert sorted(rest.added) == sorted([*published[:2], copied]) and index.is_current(ledger, con)
 
 
 def test_yield_cpu_lowers_the_priority_of_the_calling_process() -> None:
