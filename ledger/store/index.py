@@ -277,6 +277,7 @@ def sync(
     *,
     full: bool = False,
     limit: int | None = None,
+    shards: bool = True,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
     ``limit``: add at most this many (the latest published first) and leave the rest, and the journal offset
@@ -285,7 +286,8 @@ def sync(
     Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
     was published since), stats the shard directories and lists only those whose mtime changed (receipts
     copied or pulled in, or removed); a sync with a ``limit`` that the journal alone already fills lists no
-    shard. A full reconcile (every id listed) happens when asked (``full``), when the ledger still holds
+    shard, nor does one told not to (``shards=False``: it adds what was published and leaves the index not
+    up to date). A full reconcile (every id listed) happens when asked (``full``), when the ledger still holds
     receipts of the old flat layout, and when the journal was replaced."""
     root = ledger.root
     result = SyncResult()
@@ -308,6 +310,9 @@ def sync(
             # that can finish: under a flood of publishes every shard changed moments ago, and listing them all
             # (every id of the ledger) each round cost readers and publishers time that grew with the ledger
             return _add_some(ledger, con, published, journal_ids, limit, result, progress)
+        if not shards:
+            _add(ledger, con, sorted(published), result, progress)
+            return result  # the published receipts are in; offset and stamps stay for a sync that lists shards
         changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
         vanished = [s for s in stamps if s not in new_stamps]
         candidates, gone = published, set()
@@ -732,7 +737,9 @@ def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
     deadline = time.monotonic() + READER_SYNC_BUDGET_S
     published = journal.size(ledger.root)
     while True:
-        left = sync(ledger, con, limit=READER_SYNC_ROUND).left
+        # while publishes are under way every shard changed moments ago: listing them all (every id of the
+        # ledger) is left to a reader after them; this one adds what the journal says was published
+        left = sync(ledger, con, limit=READER_SYNC_ROUND, shards=not journal.publishing_now(ledger.root)).left
         if not left:
             return 0
         if time.monotonic() > deadline and journal.size(ledger.root) > published:
