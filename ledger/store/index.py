@@ -154,6 +154,8 @@ def _connect(
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
+        if give_way is not None and give_way():  # before each try too: a free lock is a reader's first
+            raise IndexBusy(f"the index {path} is left to a reader that waits for it")
         try:
             if read_only:
                 return duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
@@ -161,13 +163,13 @@ def _connect(
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise
-            if time.monotonic() >= deadline or (give_way is not None and give_way()):
+            if time.monotonic() >= deadline:
                 raise IndexBusy(
                     f"the index {path} stayed locked by another process for {timeout:.0f} s; retry, "
                     "or delete it (it is derived) and run `ledger reindex`"
                 ) from exc
             time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.25)
+            delay = min(delay * 2, 0.25 if give_way is not None else 0.1)  # a reader looks again sooner
         except duckdb.ConnectionException as exc:  # this process holds it read-only (another reader is open)
             raise IndexBusy(f"the index {path} is open read-only in this process; close the other reader "
                             "first") from exc
@@ -620,6 +622,8 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
         return None
     try:
         with writable(ledger, timeout, give_way=lambda: readers_waiting(ledger)) as con:
+            if readers_waiting(ledger):  # one came while this publisher connected: it goes first
+                return None
             return sync(ledger, con, limit=PUBLISHER_SYNC_LIMIT)
     except IndexBusy:
         return None
