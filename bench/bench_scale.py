@@ -217,8 +217,9 @@ def _children_cpu() -> float:
 
 
 def _writer(root_s: str, start: int, stop: object) -> None:
-    """A `ledger record` after its launch exited, over and over: it publishes and syncs at the priority that
-    command gives its bookkeeping (:func:`ledger.store.publish.yield_cpu`)."""
+    """A publisher, over and over, at the priority `ledger record` gives its bookkeeping once its launch exited
+    (:func:`ledger.store.publish.yield_cpu`); it syncs after each publish as importers and `recover` do
+    (`ledger record` itself leaves the sync to the next reader: these writers hold the index more than it)."""
     from ledger.store.publish import yield_cpu
 
     yield_cpu()
