@@ -569,8 +569,8 @@ YIELD_NICENESS = 10
 
 def yield_cpu() -> None:
     """Lower the calling thread's CPU priority by :data:`YIELD_NICENESS` for what it has left to do: publishing
-    and indexing a finished run can wait a little for interactive readers (`ledger ls`) on a busy machine, and
-    on an idle one nothing changes. Threads started afterwards (DuckDB's, the hashing pools) inherit it. A
+    a finished run can wait a little for interactive readers (`ledger ls`) on a busy machine, and on an idle
+    one nothing changes. Threads started afterwards (DuckDB's, the hashing pools) inherit it. A
     process cannot raise its priority again, so only one about to end calls this (`ledger record`)."""
     with contextlib.suppress(OSError):
         os.nice(YIELD_NICENESS)
