@@ -143,6 +143,7 @@ def record(
         parse=parse,
         tensorboard=tensorboard,
         job=JobOptions(key=job_key, node_rank=node_rank, nnodes=nnodes, timeout_s=job_timeout),
+        yield_cpu=True,  # this process ends with the record: its bookkeeping yields to interactive readers
         **links,
     )
     result = run_record(ledger, opts)
@@ -243,11 +244,11 @@ def query(ctx: click.Context, sql: str, as_json: bool, timeout: float, ledger_pa
     from ledger.report import console as render
     from ledger.store import reading
 
-    table = reading.read_only_query(ledger_from(ctx, ledger_path, must_exist=True), sql, timeout)
+    columns, rows = reading.read_only_rows(ledger_from(ctx, ledger_path, must_exist=True), sql, timeout)
     if as_json:
-        echo_json(table.to_pylist())
+        echo_json([dict(zip(columns, row, strict=True)) for row in rows])
     else:
-        render.arrow_table(table)
+        render.rows_table(columns, rows)
 
 
 @cli.command()

@@ -79,6 +79,11 @@ class RecordOptions:
     """A pattern for step lines (``--parse``); see :mod:`ledger.ingest.launch`."""
     tensorboard: Path | None = None
     """A TensorBoard log directory to read besides the launch's directory (``--tensorboard``)."""
+    yield_cpu: bool = False
+    """Once the launch exited, lower this process's CPU priority for the rest
+    (:func:`ledger.store.publish.yield_cpu`): set by the
+    `ledger record` command, whose process ends with it; a process that goes on (the Python API, `ledger
+    rerun`, which launches again) leaves it False."""
 
 
 @dataclass
@@ -212,6 +217,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     with contextlib.suppress(OSError):  # in place, into the space reserved at launch: works on a full disk
         _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
     fault("finalizing")
+    if opts.yield_cpu:  # the training is over: what is left is bookkeeping
+        from ledger.store.publish import yield_cpu
+
+        yield_cpu()
     if sampler is not None:
         sampler.stop()
     notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]

@@ -16,13 +16,12 @@ from ledger.report import fmt
 from ledger.report.safe import markup, terminal
 
 if TYPE_CHECKING:  # `ledger ls` needs none of the receipt models, nor Arrow
-    import pyarrow as pa
 
     from ledger.analyses.stragglers import Stragglers
     from schemas import Receipt
 
 # Piped output follows $COLUMNS like a terminal (rich's default: 80 columns when it is not set).
-console = Console()
+console = Console(emoji=False)  # user text is data: ':fire:' stays ':fire:'
 MAX_ROWS = 1000
 SHORT_ID = 8
 """Hex characters of an id shown in tables: always whole (a unique prefix that `show` and `compare` take)."""
@@ -169,16 +168,16 @@ def receipt(r: Receipt) -> None:
         console.print(Text("problem ", style="yellow") + terminal(f"{p.source}: {p.message}"))
 
 
-def arrow_table(table: pa.Table) -> None:
-    """`ledger query`."""
+def rows_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """`ledger query`: the first :data:`MAX_ROWS` rows."""
     out = Table()
-    for name in table.column_names:
+    for name in columns:
         out.add_column(_fmt(name))
-    for row in table.slice(0, MAX_ROWS).to_pylist():
-        out.add_row(*(_fmt(v) for v in row.values()))
+    for row in rows[:MAX_ROWS]:
+        out.add_row(*(_fmt(v) for v in row))
     console.print(out)
-    if table.num_rows > MAX_ROWS:
-        console.print(f"(first {MAX_ROWS} of {table.num_rows} rows; use --json for all)")
+    if len(rows) > MAX_ROWS:
+        console.print(f"(first {MAX_ROWS} of {len(rows)} rows; use --json for all)")
 
 
 @contextmanager
@@ -187,7 +186,7 @@ def progress(label: str) -> Iterator[Callable[[int, int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True, disable=not console.is_terminal)
+                   console=Console(stderr=True, emoji=False), transient=True, disable=not console.is_terminal)
     task = bar.add_task(label, total=None)
     with bar:
         yield lambda done, total: bar.update(task, completed=done, total=total)

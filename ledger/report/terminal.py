@@ -27,7 +27,7 @@ VERDICT_STYLE = {
 
 def render(c: Comparison, console: Console | None = None) -> None:
     """Print the comparison."""
-    out = console or Console()  # piped output follows $COLUMNS like a terminal
+    out = console or Console(emoji=False)  # piped output follows $COLUMNS like a terminal
     out.print(Text("A ", style="bold") + terminal(f"{c.a.label}: " + ", ".join(r.label for r in c.runs_a)))
     out.print(Text("B ", style="bold") + terminal(f"{c.b.label}: " + ", ".join(r.label for r in c.runs_b)))
     if not c.comparable:

@@ -154,6 +154,8 @@ def _connect(
     deadline = time.monotonic() + timeout
     delay = 0.01
     while True:
+        if give_way is not None and give_way():  # before each try too: a free lock is a reader's first
+            raise IndexBusy(f"the index {path} is left to a reader that waits for it")
         try:
             if read_only:
                 return duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
@@ -161,13 +163,13 @@ def _connect(
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise
-            if time.monotonic() >= deadline or (give_way is not None and give_way()):
+            if time.monotonic() >= deadline:
                 raise IndexBusy(
                     f"the index {path} stayed locked by another process for {timeout:.0f} s; retry, "
                     "or delete it (it is derived) and run `ledger reindex`"
                 ) from exc
             time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.25)
+            delay = min(delay * 2, 0.25 if give_way is not None else 0.1)  # a reader looks again sooner
         except duckdb.ConnectionException as exc:  # this process holds it read-only (another reader is open)
             raise IndexBusy(f"the index {path} is open read-only in this process; close the other reader "
                             "first") from exc
@@ -277,6 +279,7 @@ def sync(
     *,
     full: bool = False,
     limit: int | None = None,
+    shards: bool = True,
 ) -> SyncResult:
     """Bring the index up to date with the receipt directories: add the new ones, drop the vanished.
     ``limit``: add at most this many (the latest published first) and leave the rest, and the journal offset
@@ -284,8 +287,10 @@ def sync(
 
     Its cost does not grow with the ledger: it reads the journal from where the last sync stopped (what
     was published since), stats the shard directories and lists only those whose mtime changed (receipts
-    copied or pulled in, or removed). A full reconcile (every id listed) happens when asked (``full``),
-    when the ledger still holds receipts of the old flat layout, and when the journal was replaced."""
+    copied or pulled in, or removed); a sync with a ``limit`` that the journal alone already fills lists no
+    shard, nor does one told not to (``shards=False``: it adds what was published and leaves the index not
+    up to date). A full reconcile (every id listed) happens when asked (``full``), when the ledger still holds
+    receipts of the old flat layout, and when the journal was replaced."""
     root = ledger.root
     result = SyncResult()
     meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
@@ -301,9 +306,18 @@ def sync(
         candidates = on_disk - known
         gone = known - on_disk
     else:
+        published = set(journal_ids) - _known_of(con, set(journal_ids))
+        if limit is not None and len(published) > limit:
+            # a round that cannot finish: the journal's receipts only. Listing the shards is left to the round
+            # that can finish: under a flood of publishes every shard changed moments ago, and listing them all
+            # (every id of the ledger) each round cost readers and publishers time that grew with the ledger
+            return _add_some(ledger, con, published, journal_ids, limit, result, progress)
+        if not shards:
+            _add(ledger, con, sorted(published), result, progress)
+            return result  # the published receipts are in; offset and stamps stay for a sync that lists shards
         changed = [s for s in new_stamps if stamps.get(s) != new_stamps[s] or new_stamps[s] < 0]
         vanished = [s for s in stamps if s not in new_stamps]
-        candidates, gone = set(journal_ids), set()
+        candidates, gone = published, set()
         known_in = _known_in(con, changed + vanished)  # one pass over the index's ids, however many shards
         for shard in changed + vanished:
             listed = set(layout.shard_ids(root, shard)) if shard in new_stamps else set()
@@ -315,14 +329,9 @@ def sync(
         if not ledger.path(receipt_id).is_dir():
             _delete(con, receipt_id)
             result.removed.append(receipt_id)
-    todo = sorted(candidates)
-    if limit is not None and len(todo) > limit:
-        latest = [i for i in reversed(journal_ids) if i in candidates][:limit]  # this publisher's own first
-        result.left = len(candidates) - limit
-        todo = sorted(set(latest) | set(todo[: max(0, limit - len(latest))]))
-        _add(ledger, con, todo, result, progress)
-        return result  # not up to date: offset and stamps stay, the next sync finds the rest again
-    _add(ledger, con, todo, result, progress)
+    if limit is not None and len(candidates) > limit:
+        return _add_some(ledger, con, candidates, journal_ids, limit, result, progress)
+    _add(ledger, con, sorted(candidates), result, progress)
     changed_stamps = {k: v for k, v in new_stamps.items() if stamps.get(k) != v}
     gone_stamps = [k for k in stamps if k not in new_stamps]
     if changed_stamps or gone_stamps or new_offset != offset:
@@ -334,6 +343,19 @@ def sync(
                         [list(changed_stamps), list(changed_stamps.values())])
         con.execute("INSERT OR REPLACE INTO index_meta VALUES ('journal_offset', ?)", [str(new_offset)])
         con.execute("COMMIT")
+    return result
+
+
+def _add_some(
+    ledger: Ledger, con: duckdb.DuckDBPyConnection, candidates: set[str], journal_ids: list[str], limit: int,
+    result: SyncResult, progress: Callable[[int, int], None] | None,
+) -> SyncResult:
+    """Add ``limit`` of the candidates, the latest published first (a publisher's own), and leave the rest, the
+    journal offset and the shard stamps to the next sync (the index is not up to date)."""
+    latest = [i for i in reversed(journal_ids) if i in candidates][:limit]
+    todo = sorted(set(latest) | set(sorted(candidates)[: max(0, limit - len(latest))]))
+    result.left = len(candidates) - len(todo)
+    _add(ledger, con, todo, result, progress)
     return result
 
 
@@ -600,6 +622,8 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
         return None
     try:
         with writable(ledger, timeout, give_way=lambda: readers_waiting(ledger)) as con:
+            if readers_waiting(ledger):  # one came while this publisher connected: it goes first
+                return None
             return sync(ledger, con, limit=PUBLISHER_SYNC_LIMIT)
     except IndexBusy:
         return None
@@ -637,7 +661,13 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
     then again to open; when the index stays busy longer (a ``reindex``, another reader's long query), it
     reads the receipt files themselves into an in-memory index (every receipt verified, as a sync does),
     says so on stderr and never waits more than twice ``timeout`` — in a ledger of up to
-    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead."""
+    :data:`READER_FALLBACK_MAX` receipts; a larger one waits for the index instead.
+
+    While receipts are being published (:func:`ledger.store.journal.publishing_now`) and the index is more
+    than one round (:data:`READER_SYNC_ROUND`) behind, a reader indexes none of them: on a machine busy with
+    publishers its share of the CPU is small, so it answers from the index as it is, at once, and says on
+    stderr how many receipts that answer leaves out (the publishers' own syncs and the first reader after
+    them index those)."""
     if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -656,13 +686,23 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
 
 def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
     if ledger.index_path.exists():
+        flood = journal.publishing_now(ledger.root)  # publishers give way to this reader within one sync
         try:
-            con = _connect(ledger.index_path, min(timeout, 0.5), read_only=True)
+            con = _connect(ledger.index_path, timeout if flood else min(timeout, 0.5), read_only=True)
         except (IndexBusy, duckdb.Error):
             con = None
         if con is not None:
             if is_current(ledger, con):
                 return con
+            if journal.publishing_now(ledger.root):
+                left = _not_indexed(ledger, con)
+                if left is not None and left > READER_SYNC_ROUND:
+                    import sys
+
+                    sys.stderr.write(f"ledger: {left} receipts published in the last moments are not in this answer "
+                                     "yet (receipts are being published; the publishers and the next reader index "
+                                     "them)\n")
+                    return con
             con.close()
     try:
         with writable(ledger, timeout) as con:
@@ -677,6 +717,19 @@ def _open_current(ledger: Ledger, timeout: float) -> duckdb.DuckDBPyConnection:
     return _connect(ledger.index_path, READER_LONG_WAIT_S, read_only=True)
 
 
+def _not_indexed(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int | None:
+    """How many receipts the journal lists past the index's offset that the index does not hold (publishers'
+    own syncs index some without moving the offset); None for an index of another version."""
+    try:
+        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+    except duckdb.Error:
+        return None
+    if meta.get("version") != str(INDEX_VERSION):
+        return None
+    ids = set(journal.read_from(ledger.root, int(meta.get("journal_offset") or 0))[0])
+    return len(ids - _known_of(con, ids))
+
+
 def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
     """Sync for a reader, :data:`READER_SYNC_ROUND` receipts at a time, until the index is up to date, or, when
     publishers keep adding receipts faster than this reader indexes them (many writers on few cores), until
@@ -688,7 +741,9 @@ def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
     deadline = time.monotonic() + READER_SYNC_BUDGET_S
     published = journal.size(ledger.root)
     while True:
-        left = sync(ledger, con, limit=READER_SYNC_ROUND).left
+        # while publishes are under way every shard changed moments ago: listing them all (every id of the
+        # ledger) is left to a reader after them; this one adds what the journal says was published
+        left = sync(ledger, con, limit=READER_SYNC_ROUND, shards=not journal.publishing_now(ledger.root)).left
         if not left:
             return 0
         if time.monotonic() > deadline and journal.size(ledger.root) > published:

@@ -12,10 +12,13 @@ Receipts that arrive without a publish (``dvc pull``, a copy) are found by the i
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from ledger.store.layout import ID_RE, JOURNAL
+from ledger.store.layout import ID_RE, JOURNAL, PUBLISHERS_GATE
 
 
 def append(root: Path, receipt_id: str) -> None:
@@ -63,3 +66,35 @@ def read_from(root: Path, offset: int) -> tuple[list[str], int]:
         if ID_RE.match(tail):
             ids.append(tail)
     return ids, offset + end
+
+
+@contextmanager
+def publishing(root: Path) -> Iterator[None]:
+    """Say, for the duration of the block, that a publish is under way (a shared ``flock`` of
+    ``index.publishers``, released by the kernel if the publisher dies): readers that find the index behind
+    then answer from it as it is instead of indexing receipts that keep arriving (:mod:`ledger.store.index`)."""
+    try:
+        fd = os.open(root / PUBLISHERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a ledger this process cannot write: publishing into it fails on its own
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def publishing_now(root: Path) -> bool:
+    """Whether some process is publishing into the ledger right now (:func:`publishing`)."""
+    try:
+        fd = os.open(root / PUBLISHERS_GATE, os.O_RDONLY)
+    except OSError:  # never published into since the gate exists, or not readable: nobody to wait for
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the probe's lock
+    return False

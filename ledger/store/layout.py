@@ -13,6 +13,8 @@ Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
       .tmp-<uuid>/            a receipt being assembled; renamed into place atomically
       index.duckdb            derived index (rebuildable with `ledger reindex`)
       index.readers           locked by readers of the index (publishers give way to them)
+      index.publishers        locked by publishers while they publish (readers then answer from the index
+                              as it is rather than index a flood of receipts themselves)
       .cache/fingerprints/    what each immutable table file holds, keyed by its sha256 (a cache: deleting
                               it only costs the time to recompute; see ledger.store.agreement)
 
@@ -78,6 +80,9 @@ JSONL_SUFFIX = ".jsonl"
 READERS_GATE = "index.readers"
 """In the ledger directory: ``flock``'ed (shared) by readers of the index while they wait and read;
 publishers that find it held leave the index to them."""
+PUBLISHERS_GATE = "index.publishers"
+"""In the ledger directory: ``flock``'ed (shared) by each publish while it runs
+(:func:`ledger.store.journal.publishing`)."""
 JOURNAL = "journal"
 """In the ledger directory: one published id a line, appended once the receipt is in place."""
 SHARD_CHARS = 2

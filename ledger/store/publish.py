@@ -19,6 +19,7 @@ directory. Readers only ever see complete receipts.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -459,6 +460,7 @@ def publish_many(
 
         redact = Redactor(os.environ).text
     with ExitStack() as locks:
+        locks.enter_context(journal.publishing(ledger.root))  # readers: a publish is under way
         if not locked:
             for staged in items:
                 locks.enter_context(staging_lock(staged.run_dir))
@@ -559,6 +561,19 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+YIELD_NICENESS = 10
+"""How much a `ledger record` lowers its CPU priority once its launch exited (:func:`yield_cpu`)."""
+
+
+def yield_cpu() -> None:
+    """Lower the calling thread's CPU priority by :data:`YIELD_NICENESS` for what it has left to do: publishing
+    a finished run can wait a little for interactive readers (`ledger ls`) on a busy machine, and on an idle
+    one nothing changes. Threads started afterwards (DuckDB's, the hashing pools) inherit it. A
+    process cannot raise its priority again, so only one about to end calls this (`ledger record`)."""
+    with contextlib.suppress(OSError):
+        os.nice(YIELD_NICENESS)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 
@@ -114,6 +115,7 @@ def show(ledger: Ledger, ref: str) -> Receipt:
     return check_intact(ledger, resolve_ref(ledger, ref))
 
 
+T = TypeVar("T")
 READ_STATEMENTS = {duckdb.StatementType.SELECT}
 
 
@@ -136,6 +138,33 @@ QUERY_TIMEOUT_S = 60.0
 def read_only_query(ledger: Ledger, sql: str, timeout: float = QUERY_TIMEOUT_S) -> pa.Table:
     """Run one SELECT over the index on a read-only connection without file-system access; interrupted
     after ``timeout`` seconds."""
+    return _read_only(ledger, sql, timeout, lambda rel: rel.to_arrow_table())
+
+
+PLAIN_TYPES = frozenset({
+    "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "FLOAT",
+    "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP",
+})
+"""Column types whose Python values DuckDB gives exactly as Arrow's ``to_pylist`` does (lists of them too)."""
+
+
+def read_only_rows(
+    ledger: Ledger, sql: str, timeout: float = QUERY_TIMEOUT_S,
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """:func:`read_only_query`'s answer as column names and rows of Python values (`ledger query`). A result of
+    plain columns (:data:`PLAIN_TYPES`: a count, names, times, metrics) is fetched without Arrow, whose import
+    costs about 0.3 s; any other goes through Arrow, so every value is what the Python API's table holds."""
+
+    def fetch(rel: duckdb.DuckDBPyRelation) -> tuple[list[str], list[tuple[Any, ...]]]:
+        if all(str(t).removesuffix("[]") in PLAIN_TYPES for t in rel.types):
+            return list(rel.columns), rel.fetchall()
+        table = rel.to_arrow_table()
+        return list(table.column_names), list(zip(*(c.to_pylist() for c in table.columns), strict=True))
+
+    return _read_only(ledger, sql, timeout, fetch)
+
+
+def _read_only(ledger: Ledger, sql: str, timeout: float, fetch: Callable[[duckdb.DuckDBPyRelation], T]) -> T:
     import threading
 
     with index.reader(ledger) as con:
@@ -143,7 +172,7 @@ def read_only_query(ledger: Ledger, sql: str, timeout: float = QUERY_TIMEOUT_S) 
         timer = threading.Timer(timeout, con.interrupt)
         timer.start()
         try:
-            return con.sql(sql).to_arrow_table()
+            return fetch(con.sql(sql))
         except (duckdb.InterruptException, duckdb.Error) as exc:
             interrupted = timer.finished.is_set() and "interrupt" in str(exc).lower()
             if isinstance(exc, duckdb.InterruptException) or interrupted:

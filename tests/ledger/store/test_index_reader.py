@@ -74,3 +74,23 @@ def test_ls_of_an_up_to_date_index_loads_no_arrow_numpy_or_models(two: tuple[Led
                          env=child_env(LEDGER_DIR=str(ledger.root)))
     assert sorted(r["id"] for r in json.loads(out.stdout)) == sorted(ids)
     assert out.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_query_rows_are_the_api_tables_values_and_plain_ones_load_no_arrow(two: tuple[Ledger, list[str]]) -> None:
+    """`ledger query`'s rows (:func:`reading.read_only_rows`) hold the values of the Python API's Arrow table, for
+    plain columns (fetched without Arrow) and for the others (a JSON, a HUGEINT sum, a MAP, a struct)."""
+    from ledger.store import reading
+
+    ledger, _ = two
+    for sql in ("SELECT id, name, started_at, final_loss, steps FROM receipts ORDER BY id",
+                "SELECT name, tags, sum(steps) AS s, map([name], [steps]) AS m, {'a': steps} AS st FROM receipts "
+                "GROUP BY ALL ORDER BY name"):
+        table = reading.read_only_query(ledger, sql)
+        columns, rows = reading.read_only_rows(ledger, sql)
+        assert columns == table.column_names and [dict(zip(columns, r, strict=True)) for r in rows] == table.to_pylist()
+    code = ("import sys\nfrom ledger.cli.app import cli\n"
+            "try:\n    cli(['query', '--json', 'SELECT count(*) AS n, min(started_at) AS t FROM receipts'])\n"
+            "except SystemExit:\n    pass\nprint('pyarrow' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env=child_env(LEDGER_DIR=str(ledger.root)))
+    assert json.loads(out.stdout)[0]["n"] == 2 and out.stderr.strip().splitlines()[-1] == "False"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -161,6 +162,65 @@ def test_a_publisher_gives_way_to_a_waiting_reader(tmp_path: Path) -> None:
         assert index.try_sync(ledger) is None  # the publisher leaves the index to it, without waiting
         assert con.execute("SELECT count(*) FROM receipts").fetchone() == (1,)
     assert not index.readers_waiting(ledger)
+
+
+def test_a_reader_among_publishers_answers_from_the_index_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """While a publish is under way and the index is more than one round behind, a reader indexes nothing (on a
+    machine busy with publishers its CPU share is small): it answers from the index as it is and says how many
+    receipts that leaves out; once no publish is under way, the next reader indexes them all."""
+    ledger = Ledger(tmp_path / "receipts")
+    seen: list[bool] = []
+    ledger.ensure_writable()
+    publish(ledger, _stage(ledger, 0), Outcome(status="succeeded", exit_code=0), redact=lambda s: s,
+            amend=lambda r, _: (seen.append(journal.publishing_now(ledger.root)), r)[1])
+    assert seen == [True] and not journal.publishing_now(ledger.root)  # a publish says so while it runs
+    assert index.try_sync(ledger) is not None
+    later = _publish(ledger, 3, first=1)  # published, not indexed
+    monkeypatch.setattr(index, "READER_SYNC_ROUND", 2)
+    with journal.publishing(ledger.root):  # another publish under way
+        with index.reader(ledger) as con:
+            assert con.execute("SELECT count(*) FROM receipts").fetchone() == (1,)
+        assert "3 receipts published in the last moments are not in this answer yet" in capsys.readouterr().err
+        monkeypatch.setattr(index, "READER_SYNC_ROUND", 3)  # no more than one round behind: indexed at once
+        assert len(_indexed(ledger)) == 4
+    _publish(ledger, 3, first=4)
+    assert len(_indexed(ledger)) == 7 and set(later) <= {rid for rid, _ in _indexed(ledger)}
+    assert "not in this answer" not in capsys.readouterr().err
+
+
+def test_a_round_the_journal_fills_lists_no_shard(tmp_path: Path) -> None:
+    """A sync with a limit that the journal's receipts alone exceed adds from the journal and lists no shard (under
+    a flood every shard changed moments ago: listing them all each round cost time that grew with the ledger);
+    the round that can finish lists them and finds a receipt that arrived without a publish (a copy)."""
+    ledger, other = Ledger(tmp_path / "receipts"), Ledger(tmp_path / "other")
+    _publish(ledger, 1)
+    assert index.try_sync(ledger) is not None
+    published = _publish(ledger, 3, first=1)
+    copied = _publish(other, 1, first=9)[0]
+    shutil.copytree(other.path(copied), ledger.new_path(copied))  # arrives without a journal line
+    with index.writable(ledger) as con:
+        first = index.sync(ledger, con, limit=1)
+        assert first.added == [published[-1]] and first.left == 2  # the copy is not seen yet
+        with journal.publishing(ledger.root):  # a reader among publishers adds what was published, lists nothing
+            assert index._catch_up(ledger, con) == 0 and not index.is_current(ledger, con)
+        assert _count(con) == 4  # the three published and the first
+        rest = index.sync(ledger, con)
+        assert rest.added == [copied] and index.is_current(ledger, con) and _count(con) == 5
+
+
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT count(*) FROM receipts").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_yield_cpu_lowers_the_priority_of_the_calling_process() -> None:
+    code = ("import os; from ledger.store.publish import YIELD_NICENESS, yield_cpu; before = os.nice(0); "
+            "yield_cpu(); print(os.nice(0) - before, min(19 - before, YIELD_NICENESS))")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True)
+    lowered, expected = out.stdout.split()
+    assert lowered == expected and int(expected) > 0
 
 
 @pytest.mark.slow
