@@ -113,10 +113,14 @@ def test_node_0_wrapper_killed_then_recover_publishes_the_job_once(tmp_path: Pat
     # `ledger goodput`: the waiting on rank 1 as its own bucket. By hand: in each of the 3 steps the slowest
     # rank works 0.02 s and the median of (0.01, 0.02) is 0.015, so 3 x 0.005 s were spent waiting
     good = json.loads(_ledger(tmp_path, "goodput", ids[0][:12], "--json").stdout)
-    assert good["badput_s"]["straggler_wait"] == pytest.approx(0.015, abs=1e-9)
+    # the bucket takes the estimate from `other`, then from productive time, never more than both: on a loaded
+    # machine this lost run's clock can hold less than 0.015 s of them (then both are used up)
+    taken = good["badput_s"]["straggler_wait"]
+    left = good["badput_s"].get("other", 0.0) + good["productive_s"]
+    assert taken == pytest.approx(0.015, abs=1e-9) or (taken < 0.015 and left == pytest.approx(0.0, abs=1e-9))
     assert good["productive_s"] + sum(good["badput_s"].values()) == pytest.approx(good["wall_s"], abs=1e-9)
     text = _ledger(tmp_path, "goodput", ids[0][:12])
-    assert "straggler wait" in text.stdout and "estimated from the ranks' timers" in text.stdout
+    assert "straggler wait" in text.stdout and "0.015 s estimated from the ranks' timers" in text.stdout
     # the HTML report names the slow rank: rank 1 logged twice rank 0's work (0.02 s against 0.01 s)
     single = subprocess.run([str(BIN / "ledger"), "--ledger", str(tmp_path / "receipts"), "record", "--name",
                              "single", "--telemetry-interval", "0", "--", sys.executable, str(tmp_path / "train.py"),
