@@ -1,20 +1,22 @@
-"""The live parser of a wrapped launch's output: in the wrapper while the output is small, in a process of its
-own once it is not.
+"""The live parser of a wrapped launch's output: in the wrapper while the output is small, in a fork of it once
+it is not.
 
 Parsing the output (:class:`ledger.ingest.formats.scan.LineCapture`) costs more CPU per byte than anything else
 the output tee does. In the wrapper's process it runs after the redaction of each batch, under the same
 interpreter lock as the pumps that drain the child's pipes. :class:`LiveParser` parses the first
 :data:`SPAWN_BYTES` of output in the wrapper (most launches print less: they pay nothing more); past that it
-starts ``python -m ledger.ingest.worker``, sends it the output so far and every batch after it through a pipe,
-and drops its own capture: the worker parses on another core while the wrapper redacts and writes the next
-batches. At the end the worker sends back what it found (the formats' rows, pickled) and exits. The worker is a
-new interpreter in a session of its own (the wrapper already runs threads: no fork), runs at a lower priority
-than the launch, ignores signals meant for the launch, and ends when the wrapper closes the pipe or dies.
+forks: the fork carries on with the capture as it stands and reads every later batch through a pipe, on another
+core, while the wrapper redacts and writes the next ones. At the end the fork sends back what it found (the
+formats' rows, pickled) and exits. A fork starts at once with everything imported (a new interpreter would
+spend most of a second importing numpy and pyarrow); it imports nothing itself (the wrapper runs threads, one
+of which may hold an import's lock at the fork), leaves the terminal's process group, ignores signals meant for
+the launch, closes what it inherited, runs at a lower priority than the launch, and ends when the wrapper
+closes the pipe or dies.
 
 :meth:`LiveParser.feed` raises :class:`WorkerFailed` when the worker is gone or takes no output for
 :data:`STALL_S` (the tee then stops feeding it), and :meth:`LiveParser.close` when no result came back: the
-wrapper then parses ``output.log`` itself, so the metrics are never lost to the worker. A worker that cannot be
-started leaves the parsing in the wrapper.
+wrapper then parses ``output.log`` itself, so the metrics are never lost to the worker. A fork that fails leaves
+the parsing in the wrapper.
 """
 
 from __future__ import annotations
@@ -25,9 +27,6 @@ import os
 import pickle
 import select
 import signal
-import subprocess
-import sys
-from typing import IO
 
 from ledger.ingest.formats.scan import LineCapture, Rows
 from ledger.store.faults import fault
@@ -75,9 +74,8 @@ class LiveParser:
         self.parse = parse
         self.spawn_bytes = spawn_bytes
         self.capture: LineCapture | None = live_capture(parse)
-        self.seen: list[bytes] = []  # the output so far, for the worker to start from (at most spawn_bytes)
         self.fed = 0
-        self.worker: subprocess.Popen[bytes] | None = None
+        self.worker: _Worker | None = None
         self.result: Result | None = None
         self.note: str | None = None
         """Why the worker was not used, when it was not (for the receipt's problems)."""
@@ -94,31 +92,36 @@ class LiveParser:
             return
         assert self.capture is not None
         self.capture.feed(data)
-        self.seen.append(data)
-        if self.fed > self.spawn_bytes:
+        if self.fed > self.spawn_bytes and self.note is None:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        command = [sys.executable, "-m", "ledger.ingest.worker", *(["--parse", self.parse] if self.parse else [])]
+        import pyarrow.compute  # noqa: F401  # what the fork's parsing needs, imported here: the fork imports
+        import pyarrow.csv  # noqa: F401  # nothing (another thread of the wrapper may hold an import's lock)
+
+        assert self.capture is not None
+        data_r, data_w = os.pipe()
+        result_r, result_w = os.pipe()
         try:
-            worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, start_new_session=True, env=_worker_env())
+            pid = os.fork()
         except OSError as exc:  # parse here, as for a small output
+            for fd in (data_r, data_w, result_r, result_w):
+                os.close(fd)
             self.note = f"the output's parser process could not start ({exc.strerror or exc}); parsed in the wrapper"
-            self.seen = []
             return
-        assert worker.stdin is not None
+        if pid == 0:  # the worker: carries on with the capture as it is, never returns
+            _serve(self.capture, data_r, result_w)
+        os.close(data_r)
+        os.close(result_w)
         with contextlib.suppress(OSError):
-            fcntl.fcntl(worker.stdin.fileno(), _F_SETPIPE_SZ, PIPE_BYTES)
-        os.set_blocking(worker.stdin.fileno(), False)
-        self.worker = worker
-        seen, self.seen, self.capture = self.seen, [], None
-        for data in seen:
-            self._send(data)
+            fcntl.fcntl(data_w, _F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(data_w, False)
+        self.worker = _Worker(pid, data_w, result_r)
+        self.capture = None
 
     def _send(self, data: bytes) -> None:
-        assert self.worker is not None and self.worker.stdin is not None
-        fd = self.worker.stdin.fileno()
+        assert self.worker is not None
+        fd = self.worker.data
         view = memoryview(data)
         try:
             while view:
@@ -138,36 +141,26 @@ class LiveParser:
             assert self.capture is not None
             self.capture.close()
             return
-        worker, stdin, stdout = self.worker, self.worker.stdin, self.worker.stdout
-        assert stdin is not None and stdout is not None
-        with contextlib.suppress(OSError):
-            stdin.close()
-        payload = _read_all(stdout, STALL_S)
+        worker = self.worker
+        worker.close_data()
+        payload = _read_all(worker.result, STALL_S)
         if payload is None:
             self.abandon()
             raise WorkerFailed(f"the output's parser process sent nothing for {STALL_S:g} s")
-        stdout.close()
-        worker.wait()
+        code = worker.end()
         try:
-            result = pickle.loads(payload)  # from the worker the wrapper started: trusted
+            result = pickle.loads(payload)  # from the wrapper's own fork: trusted
         except Exception as exc:
             raise WorkerFailed(f"the output's parser process sent no result ({len(payload)} bytes, exit "
-                               f"{worker.returncode})") from exc
+                               f"status {code})") from exc
         if not isinstance(result, Result):
             raise WorkerFailed("the output's parser process sent something else than its result")
         self.result = result
 
     def abandon(self) -> None:
         """Stop the worker without waiting for its result (the wrapper gave up on it)."""
-        if self.worker is None:
-            return
-        with contextlib.suppress(OSError):
+        if self.worker is not None:
             self.worker.kill()
-        for stream in (self.worker.stdin, self.worker.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self.worker.wait()
 
     @property
     def long_lines(self) -> int:
@@ -183,9 +176,42 @@ class LiveParser:
         return self.capture.best()
 
 
-def _read_all(stream: IO[bytes], timeout: float) -> bytes | None:
+class _Worker:
+    """The forked worker as the wrapper holds it: its pid and the two pipes' ends."""
+
+    def __init__(self, pid: int, data: int, result: int) -> None:
+        self.pid, self.data, self.result = pid, data, result
+        self.status: int | None = None
+
+    def close_data(self) -> None:
+        if self.data >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.data)
+            self.data = -1
+
+    def end(self) -> int:
+        """Close what is left, reap the worker once; its wait status."""
+        self.close_data()
+        if self.result >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.result)
+            self.result = -1
+        if self.status is None:
+            try:
+                self.status = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:
+                self.status = -1
+        return self.status
+
+    def kill(self) -> None:
+        if self.status is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.end()
+
+
+def _read_all(fd: int, timeout: float) -> bytes | None:
     """Everything until end of file; None when nothing came for ``timeout`` seconds."""
-    fd = stream.fileno()
     chunks: list[bytes] = []
     while True:
         if not select.select([fd], [], [], timeout)[0]:
@@ -196,42 +222,44 @@ def _read_all(stream: IO[bytes], timeout: float) -> bytes | None:
         chunks.append(chunk)
 
 
-def _worker_env() -> dict[str, str]:
-    """The wrapper's environment, with this ``ledger`` importable (as the wrapper imported it)."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    return env
+def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
+    """The worker's life: parse what comes through ``data_r`` until end of file, send the result, exit."""
+    code = 0
+    try:
+        os.setsid()  # out of the terminal's process group: a Ctrl-C is for the launch
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_IGN)  # the wrapper forwards them to the launch and decides
+        _close_others((data_r, result_w))
+        with contextlib.suppress(OSError):
+            os.nice(NICE)
+        while True:
+            chunk = os.read(data_r, PIPE_BYTES)
+            if not chunk:
+                break
+            capture.feed(chunk)
+            fault("parser")
+        capture.close()
+        payload = pickle.dumps(Result(capture), protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(result_w, view):]
+    except BaseException:  # nothing to report to: the wrapper sees no result and parses the log itself
+        code = 1
+    finally:
+        os._exit(code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ledger.ingest.worker [--parse PATTERN]``: parse standard input until end of file, write the
-    pickled :class:`Result` to standard output."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_IGN)  # the wrapper forwards them to the launch and decides
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
-    args = list(sys.argv[1:] if argv is None else argv)
-    parse = args[1] if args[:1] == ["--parse"] and len(args) == 2 else None
-    from ledger.ingest.launch import live_capture
-
-    capture = live_capture(parse)
-    source = os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
-    while True:
-        chunk = source.read(PIPE_BYTES)
-        if not chunk:
-            break
-        capture.feed(chunk)
-        fault("parser")
-    capture.close()
-    from ledger.ingest import worker  # run as __main__: pickle the importable class, which the wrapper knows
-
-    sys.stdout.buffer.write(pickle.dumps(worker.Result(capture), protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
-    return 0
+def _close_others(keep: tuple[int, ...]) -> None:
+    """Close the file descriptors the fork inherited (the staging lock, the log, the child's pipes), but its own
+    and the standard streams: a worker that outlived a killed wrapper holds nothing of the run."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 __all__ = ["LiveParser", "Result", "WorkerFailed"]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""The output's parser: in the wrapper for a small output, in a process of its own past that; the same rows
-either way, signals for the launch ignored, and a parser that dies or stalls costs the run nothing (`ledger
-record` reads the log)."""
+"""The output's parser: in the wrapper for a small output, in a fork of it past that; the same rows either way,
+nothing of the wrapper held, signals for the launch ignored, and a parser that dies or stalls costs the run
+nothing (`ledger record` reads the log)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
         assert parser.long_lines == 0
     loss = large.best().tables()["steps"].column("loss").to_pylist()  # type: ignore[union-attr]
     assert loss[-1] == round(3.0 / 3000, 6)  # as printed
-    assert large.worker is not None and large.worker.returncode == 0
+    assert large.worker is not None and large.worker.status == 0  # exited 0, reaped
 
 
 def _ignored(pid: int) -> int:
@@ -82,12 +82,45 @@ def test_the_worker_ignores_the_launchs_signals() -> None:
     assert best is not None and best.step_count() == 100  # steps 1..20 again: merged by step, first value kept
 
 
+def test_the_worker_holds_nothing_of_the_wrapper(tmp_path: Path) -> None:
+    import fcntl
+    import time
+
+    lock = open(tmp_path / "staging.lock", "w")  # noqa: SIM115 - held across the fork on purpose
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    parser = LiveParser(None, spawn_bytes=1000)
+    _feed(parser, _log(100))
+    assert parser.worker is not None
+    path = str(tmp_path / "staging.lock")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and path in _open_files(parser.worker.pid):  # it closes what it inherited
+        time.sleep(0.02)
+    assert path not in _open_files(parser.worker.pid)
+    lock.close()  # the wrapper lets go: nobody else may hold it now
+    other = open(tmp_path / "staging.lock", "w")  # noqa: SIM115
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the worker kept a copy
+    other.close()
+    parser.close()
+    assert parser.best() is not None
+
+
+def _open_files(pid: int) -> set[str]:
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            out.add(os.readlink(fd))
+        except OSError:
+            pass
+    return out
+
+
 def test_a_dead_worker_is_said() -> None:
     parser = LiveParser(None, spawn_bytes=1000)
     _feed(parser, _log(100))
     assert parser.worker is not None
-    parser.worker.kill()
-    parser.worker.wait()
+    os.kill(parser.worker.pid, signal.SIGKILL)
+    os.waitpid(parser.worker.pid, 0)
+    parser.worker.status = -1  # reaped here
     with pytest.raises(WorkerFailed):
         _feed(parser, _log(2000) * 8, size=1 << 20)  # more than the pipe holds: the write fails
     with pytest.raises(WorkerFailed):
@@ -109,7 +142,7 @@ def test_a_stuck_worker_does_not_hold_the_run(monkeypatch: pytest.MonkeyPatch) -
             parser.close()
     finally:
         parser.abandon()
-    assert parser.worker.returncode == -signal.SIGKILL  # stopped and reaped
+    assert os.WIFSIGNALED(parser.worker.status) and os.WTERMSIG(parser.worker.status) == signal.SIGKILL
 
 
 def test_record_keeps_the_metrics_when_the_parser_dies(tmp_path: Path) -> None:
