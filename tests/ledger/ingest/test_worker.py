@@ -148,14 +148,14 @@ def test_a_stuck_worker_does_not_hold_the_run(monkeypatch: pytest.MonkeyPatch) -
 def test_record_keeps_the_metrics_when_the_parser_dies(tmp_path: Path) -> None:
     from conftest import BIN, child_env
 
-    script = tmp_path / "train.py"  # about 1.5 MB of output: past the wrapper's share, the worker parses it
-    script.write_text("for i in range(1, 40001):\n    print(f'step {i} loss {1.0 / i:.5f} lr 0.001', flush=False)\n")
+    script = tmp_path / "train.py"  # about 3.4 MB of output: the wrapper parses its first MiB, the fork the rest
+    script.write_text("for i in range(1, 100001):\n    print(f'step {i} loss {1.0 / i:.6f} lr 0.001', flush=False)\n")
     lg = LedgerAt(tmp_path)
     out = subprocess.run([str(BIN / "ledger"), "--ledger", str(lg.dir), "record", "--name", "killed-parser", "--",
                           "python", str(script)], env=child_env(LEDGER_FAULT_AT="parser"), cwd=tmp_path,
                          capture_output=True, text=True, timeout=180, check=True)
-    assert "captured 40000 steps (loss, lr) from output [key-value]" in out.stderr
+    assert "captured 100000 steps (loss, lr) from output [key-value]" in out.stderr
     receipt = lg.json("show", "killed-parser")
-    assert receipt["summary"]["steps"] == 40000 and receipt["summary"]["final_loss"] == 0.00003
+    assert receipt["summary"]["steps"] == 100_000 and receipt["summary"]["final_loss"] == 0.00001
     problems = " ".join(p["message"] for p in receipt["problems"])
     assert "parser process" in problems
