@@ -10,7 +10,6 @@ a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duck
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import random
@@ -177,33 +176,15 @@ def _connect(
 
 @contextmanager
 def _reader_waiting(ledger: Ledger) -> Iterator[None]:
-    """Announce a reader for the duration of the block (a shared ``flock`` of ``index.readers``):
+    """Announce a reader for the duration of the block (:func:`ledger.store.journal.hold` of ``index.readers``):
     publishers then leave the index to it instead of competing for its lock."""
-    try:
-        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a read-only ledger: nobody publishes into it
+    with journal.hold(ledger.root / layout.READERS_GATE):
         yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
 
 
 def readers_waiting(ledger: Ledger) -> bool:
     """Whether a reader waits for, or reads, the index right now."""
-    try:
-        fd = os.open(ledger.root / layout.READERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases the probe's lock
-    return False
+    return journal.held(ledger.root / layout.READERS_GATE, create=True)
 
 
 def _version(con: duckdb.DuckDBPyConnection) -> str | None:

@@ -69,13 +69,13 @@ def read_from(root: Path, offset: int) -> tuple[list[str], int]:
 
 
 @contextmanager
-def publishing(root: Path) -> Iterator[None]:
-    """Say, for the duration of the block, that a publish is under way (a shared ``flock`` of
-    ``index.publishers``, released by the kernel if the publisher dies): readers that find the index behind
-    then answer from it as it is instead of indexing receipts that keep arriving (:mod:`ledger.store.index`)."""
+def hold(gate: Path) -> Iterator[None]:
+    """Hold a shared ``flock`` of the file ``gate`` for the duration of the block (released by the kernel if the
+    process dies), saying that something is under way; nothing when the file cannot be opened for writing (a
+    ledger this process cannot write)."""
     try:
-        fd = os.open(root / PUBLISHERS_GATE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a ledger this process cannot write: publishing into it fails on its own
+        fd = os.open(gate, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
         yield
         return
     try:
@@ -85,11 +85,12 @@ def publishing(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def publishing_now(root: Path) -> bool:
-    """Whether some process is publishing into the ledger right now (:func:`publishing`)."""
+def held(gate: Path, create: bool = False) -> bool:
+    """Whether some process holds ``gate`` right now (:func:`hold`): an exclusive probe that does not wait.
+    ``create``: open the file for writing, creating it (else a missing or unreadable gate is not held)."""
     try:
-        fd = os.open(root / PUBLISHERS_GATE, os.O_RDONLY)
-    except OSError:  # never published into since the gate exists, or not readable: nobody to wait for
+        fd = os.open(gate, os.O_RDWR | os.O_CREAT, 0o644) if create else os.open(gate, os.O_RDONLY)
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -98,3 +99,18 @@ def publishing_now(root: Path) -> bool:
     finally:
         os.close(fd)  # closing releases the probe's lock
     return False
+
+
+@contextmanager
+def publishing(root: Path) -> Iterator[None]:
+    """Say, for the duration of the block, that a publish is under way (:func:`hold` of ``index.publishers``):
+    readers that find the index behind then answer from it as it is instead of indexing receipts that keep
+    arriving (:mod:`ledger.store.index`)."""
+    with hold(root / PUBLISHERS_GATE):
+        yield
+
+
+def publishing_now(root: Path) -> bool:
+    """Whether some process is publishing into the ledger right now (:func:`publishing`; a gate never created
+    means nobody ever published since it exists)."""
+    return held(root / PUBLISHERS_GATE)
