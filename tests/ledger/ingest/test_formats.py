@@ -16,6 +16,17 @@ from ledger.ingest.formats.scan import MAX_LINE, LineCapture, rows_of
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 
+def _fast_and_slow(data: bytes, chunk: int) -> tuple[LineCapture, LineCapture]:
+    """The log read by the capture (templates, columns) and by the formats' parsers line by line
+    (``fast=False``), each fed in chunks of ``chunk`` bytes and closed."""
+    fast, slow = LineCapture(), LineCapture(fast=False)
+    for capture in (fast, slow):
+        for i in range(0, len(data), chunk):
+            capture.feed(data[i:i + chunk])
+        capture.close()
+    return fast, slow
+
+
 def scan(name: str) -> LineCapture:
     capture = LineCapture()
     capture.feed_file(LOGS / name)
@@ -159,11 +170,7 @@ def test_fast_path_reads_what_the_parsers_read() -> None:
         if step == 2000:
             lines.append("x" * 100_000)  # an overlong line between blocks
     data = ("\n".join(lines) + "\n").encode()
-    fast, slow = LineCapture(), LineCapture(fast=False)
-    for capture in (fast, slow):
-        for i in range(0, len(data), 70_001):  # chunks that cut lines
-            capture.feed(data[i:i + 70_001])
-        capture.close()
+    fast, slow = _fast_and_slow(data, 70_001)  # chunks that cut lines
     fast_steps, fast_evals, fast_bad = _rows(fast)
     slow_steps, slow_evals, slow_bad = _rows(slow)
     assert len(slow_steps) == 4000 and slow_steps[7] == {"loss": 0.428571, "lr": 0.0, "grad_norm": 7.5}
@@ -189,11 +196,7 @@ def test_columnar_path_reads_what_the_parsers_read() -> None:
             lines.append(f"{stamp} step {step}.5 | loss 1.0 | lr 1.000e-04 | tokens 1,024")  # a step the parser refuses
             lines.append(f"{stamp} step {step + 1} | loss2.5 | lr 1.000e-04 | tokens 1,024")  # glued: same shape
     data = ("\n".join(lines) + "\n").encode()
-    fast, slow = LineCapture(), LineCapture(fast=False)
-    for capture in (fast, slow):
-        for i in range(0, len(data), 300_007):
-            capture.feed(data[i:i + 300_007])
-        capture.close()
+    fast, slow = _fast_and_slow(data, 300_007)
     fast_steps, fast_evals, fast_bad = _rows(fast)
     slow_steps, slow_evals, slow_bad = _rows(slow)
     assert len(slow_steps) == 6001  # the last glued line's step 6001 too
@@ -278,11 +281,7 @@ def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.Monk
                      f"{3e-4 * min(1.0, i / 200):.3e} | tokens/s {51234 + i * 37 % 4096}\n")
     lines[15_000] = lines[15_000].replace("| lr", "|  lr")  # a run of spaces: that block is cut at number runs
     data = "".join(lines).encode()
-    fast, slow = LineCapture(), LineCapture(fast=False)
-    for capture in (fast, slow):
-        for i in range(0, len(data), 1 << 18):
-            capture.feed(data[i:i + (1 << 18)])
-        capture.close()
+    fast, slow = _fast_and_slow(data, 1 << 18)
     assert any(used) and not all(used)  # both ways were taken
     got, want = fast.best(), slow.best()
     assert got is not None and want is not None and got.step_count() == want.step_count() == 30_000
@@ -305,11 +304,7 @@ def test_no_phantom_step_from_a_negative_number_where_the_step_is() -> None:
     for at in (12_345, 20_001, 20_002, 29_999):
         lines[at] = f"step -{at} loss 0.5 tokens 7\n"
     data = "".join(lines).encode()
-    fast, slow = LineCapture(), LineCapture(fast=False)
-    for capture in (fast, slow):
-        for i in range(0, len(data), 1 << 18):
-            capture.feed(data[i:i + (1 << 18)])
-        capture.close()
+    fast, slow = _fast_and_slow(data, 1 << 18)
     got, want = fast.best(), slow.best()
     assert got is not None and want is not None
     a, b = got.tables()["steps"], want.tables()["steps"]
