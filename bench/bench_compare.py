@@ -66,7 +66,8 @@ def build_receipt(ledger: Any, name: str, precision: str, speedup: float, steps:
     import pyarrow as pa
 
     from ledger.store.layout import STACK_FILE, WORKLOAD_FILE, WRAPPER_FILE, rank_dir
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
+    from ledger.store.staging import Outcome
     from schemas.receipt import (
         Architecture,
         Batch,

@@ -73,7 +73,8 @@ def record(ledger: Any, name: str, precision: str, speed: float, args: argparse.
     """Record one run through the SDK and publish it; returns its id and the SDK timings."""
     import ledger.sdk as sdk
     from ledger.store.layout import STACK_FILE, WRAPPER_FILE
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
+    from ledger.store.staging import Outcome
 
     rng = np.random.default_rng(seed)
     base = loads(rng, args.layers, args.experts)

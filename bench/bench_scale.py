@@ -95,8 +95,9 @@ def publish_range(args: tuple[str, int, int, bool]) -> int:
     index sync after each (``sync``: a writer as `ledger record` is), else in groups through ``publish_many``."""
     root_s, start, count, sync = args
     from ledger.store import index
-    from ledger.store.publish import Outcome, publish, publish_many
+    from ledger.store.publish import publish, publish_many
     from ledger.store.receipts import Ledger
+    from ledger.store.staging import Outcome
 
     root = Path(root_s)
     ledger = Ledger(root)
@@ -158,8 +159,9 @@ def reference_read(root: Path) -> tuple[float, float, int]:
 
 def publish_one(root: Path, k: int, first: int) -> float:
     from ledger.store import index
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
     from ledger.store.receipts import Ledger
+    from ledger.store.staging import Outcome
 
     ledger = Ledger(root)
     times = []
@@ -218,9 +220,9 @@ def _children_cpu() -> float:
 
 def _writer(root_s: str, start: int, stop: object) -> None:
     """A publisher, over and over, at the priority `ledger record` gives its bookkeeping once its launch exited
-    (:func:`ledger.store.publish.yield_cpu`); it syncs after each publish as importers and `recover` do
+    (:func:`ledger.store.staging.yield_cpu`); it syncs after each publish as importers and `recover` do
     (`ledger record` itself leaves the sync to the next reader: these writers hold the index more than it)."""
-    from ledger.store.publish import yield_cpu
+    from ledger.store.staging import yield_cpu
 
     yield_cpu()
     i = start

@@ -43,7 +43,8 @@ def build(ledger: Any, i: int) -> None:
     import pyarrow as pa
 
     from ledger.store.layout import WORKLOAD_FILE, WRAPPER_FILE, rank_dir
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
+    from ledger.store.staging import Outcome
     from schemas.tables import TABLES
 
     run_dir = ledger.staging / uuid.uuid4().hex

@@ -11,7 +11,7 @@ Part of the core: imports nothing of ours.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+import sys
 from typing import Any
 
 
@@ -24,7 +24,8 @@ def json_safe(data: Any) -> Any:
         return {k: json_safe(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
         return [json_safe(v) for v in data]
-    if isinstance(data, Decimal):
+    decimal = sys.modules.get("decimal")  # not imported here: a Decimal exists only once something imported it
+    if decimal is not None and isinstance(data, decimal.Decimal):
         return int(data) if data.is_finite() and data == data.to_integral_value() else json_safe(float(data))
     return data
 

@@ -104,8 +104,9 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
     from ledger.record.capture import merge_runtime
     from ledger.sdk import Run
     from ledger.store.layout import STACK_FILE, WRAPPER_FILE
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
     from ledger.store.receipts import Ledger
+    from ledger.store.staging import Outcome
     from schemas.receipt import Hardware, Stack
 
     ledger = Ledger(ledger_dir)

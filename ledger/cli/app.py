@@ -116,7 +116,7 @@ def record(
 
         ledger record --name fp8 --tag sweep=precision -- torchrun --nproc_per_node 8 pretrain_gpt.py ...
     """
-    from ledger.record.job import JobOptions
+    from ledger.record.jobkey import JobOptions
     from ledger.record.wrapper import RecordOptions
     from ledger.record.wrapper import record as run_record
     from ledger.store.links import resolve_links
@@ -333,6 +333,9 @@ def _command(argv: list[str]) -> str | None:
 
 def main() -> None:
     """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
+    from ledger.process import configure
+
+    configure()  # settings of this process that its launches do not inherit
     command = _command(sys.argv[1:])
     if command is None or command in PANDAS_FREE:
         _keep_pandas_out()

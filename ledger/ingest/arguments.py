@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ledger.redact import REDACTED, Redactor, secret_value
+from ledger.store.layout import ARGUMENTS_FILE, CAPTURE_FILE
+from ledger.store.staging import add_problems, write_json_atomic
 
 MAX_FILE_BYTES = 1 << 20
 MAX_KEYS = 5000
@@ -228,4 +230,21 @@ def capture_arguments(command: Sequence[str], cwd: Path, redactor: Redactor) -> 
     return result
 
 
-__all__ = ["Arguments", "capture_arguments", "parse_argv", "read_config", "script_arguments"]
+__all__ = ["Arguments", "capture_arguments", "parse_argv", "read_config", "script_arguments", "stage_arguments"]
+
+
+def stage_arguments(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Redactor) -> None:
+    """Write ``arguments.json`` (the launch's configuration, redacted) and the config part of ``capture.json``
+    into a live run's staging directory (`ledger record`, before its launch starts)."""
+    try:
+        args = capture_arguments(command, cwd, redactor)
+        if args.values:
+            write_json_atomic(run_dir / ARGUMENTS_FILE, args.values)
+        write_json_atomic(run_dir / CAPTURE_FILE, {"config_keys": len(args.values),
+                                                   "config_sources": args.sources})
+        add_problems(run_dir, [("arguments", n) for n in args.notes])
+    except Exception as exc:  # capture never fails the run
+        try:
+            add_problems(run_dir, [("arguments", f"configuration capture failed: {type(exc).__name__}: {exc}")])
+        except OSError:
+            pass

@@ -278,7 +278,8 @@ def stage_evidence(ledger: Ledger, ev: Evidence, name: str | None, tags: Mapping
     import of many files publishes them in groups: :func:`publish_evidence` is one of them)."""
     from ledger.redact import Redactor
     from ledger.store.layout import LOG_FILE, STACK_FILE, WORKLOAD_FILE, rank_dir
-    from ledger.store.publish import Outcome, Staged, write_wrapper_facts
+    from ledger.store.publish import Staged
+    from ledger.store.staging import Outcome, write_wrapper_facts
 
     ledger.ensure_writable()
     redactor = Redactor(os.environ)

@@ -1,13 +1,13 @@
 """Zero-code capture of a wrapped launch: metrics from its output and the files it wrote, configuration
 from its command line, and one sentence saying what was captured.
 
-The wrapper calls :func:`start` once the staging directory exists (the command line and the config files
-it names are read as they are at launch), feeds the output to :func:`live_capture`'s parser as the tee
-writes it (so a launch killed mid-run has its lines parsed up to the kill, and the log is never read a
-second time), and calls :func:`finish` after the child exited and the Megatron capture
-(:mod:`ledger.ingest.live`) ran, before publishing. Without a live parser (``ledger recover``, a consumer
-that failed) :func:`finish` reads ``output.log``. Neither ever raises: whatever goes wrong is a
-receipt problem, and a successful training run is never lost to its capture.
+The wrapper stages the command line and the config files it names before the launch starts
+(:func:`ledger.ingest.arguments.stage_arguments`: they are read as they are at launch), feeds the output to
+:func:`live_capture`'s parser as the tee writes it (so a launch killed mid-run has its lines parsed up to the
+kill, and the log is never read a second time), and calls :func:`finish` after the child exited and the
+Megatron capture (:mod:`ledger.ingest.live`) ran, before publishing. Without a live parser (``ledger
+recover``, a consumer that failed) :func:`finish` reads ``output.log``. Neither ever raises: whatever goes
+wrong is a receipt problem, and a successful training run is never lost to its capture.
 
 Sources of the metric tables, each table from one source only, in this order of trust:
 
@@ -29,24 +29,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger.ingest.arguments import capture_arguments
 from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
 
 if TYPE_CHECKING:
-    from ledger.redact import Redactor
+    pass
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at
 from ledger.ingest.worker import LiveParser, WorkerFailed
 from ledger.store.layout import (
-    ARGUMENTS_FILE,
     CAPTURE_FILE,
     LOG_FILE,
     rank_dir,
 )
 from ledger.store.merge import read_json, read_table
-from ledger.store.publish import add_problems, write_json_atomic
+from ledger.store.staging import add_problems, write_json_atomic
 
 NOTHING = "no step metrics captured: use --parse PATTERN, write TensorBoard events, or the SDK (README#capture)"
 MAX_WALK = 20_000
@@ -77,29 +75,6 @@ class Source:
 
 
 # ------------------------------------------------------------------------------------------- start
-def check(parse: str | None) -> None:
-    """Refuse a bad ``--parse`` pattern before anything runs (BadInput)."""
-    if parse is not None:
-        compile_pattern(parse)
-
-
-def start(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Redactor) -> None:
-    """Write ``arguments.json`` (the launch's configuration, redacted) and the config part of
-    ``capture.json``."""
-    try:
-        args = capture_arguments(command, cwd, redactor)
-        if args.values:
-            write_json_atomic(run_dir / ARGUMENTS_FILE, args.values)
-        write_json_atomic(run_dir / CAPTURE_FILE, {"config_keys": len(args.values),
-                                                   "config_sources": args.sources})
-        add_problems(run_dir, [("arguments", n) for n in args.notes])
-    except Exception as exc:  # capture never fails the run
-        try:
-            add_problems(run_dir, [("arguments", f"configuration capture failed: {type(exc).__name__}: {exc}")])
-        except OSError:
-            pass
-
-
 def live_capture(parse: str | None) -> LineCapture:
     """The parser of the output that the tee feeds as it writes the log (``--parse`` checked before)."""
     if parse is not None:
@@ -348,4 +323,4 @@ def _common_dir(paths: list[Path], cwd: Path) -> str:
 
 
 
-__all__ = ["NOTHING", "CaptureOptions", "check", "finish", "finished", "live_capture", "start"]
+__all__ = ["NOTHING", "CaptureOptions", "finish", "finished", "live_capture", "live_parser"]

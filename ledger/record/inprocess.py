@@ -29,8 +29,9 @@ from ledger.errors import LedgerError
 from ledger.redact import Redactor
 from ledger.sdk import Run, set_current
 from ledger.store.layout import STACK_FILE
-from ledger.store.publish import Outcome, acquire_staging_lock, publish, write_json_atomic, write_wrapper_facts
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome, acquire_staging_lock, write_json_atomic, write_wrapper_facts
 from schemas import Receipt
 
 

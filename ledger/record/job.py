@@ -22,18 +22,18 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
 
-from ledger.errors import BadInput, LedgerError
-from ledger.store.jobs import has_ended, job_dir, mark_ended, node_dir, node_dirs
+from ledger.errors import LedgerError
+from ledger.record.jobkey import Job
+from ledger.store.jobs import has_ended, mark_ended, node_dir, node_dirs
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -49,111 +49,15 @@ from ledger.store.layout import (
     rank_dir,
 )
 from ledger.store.merge import rank_dirs, read_json, read_table
-from ledger.store.publish import (
-    PROBLEMS_FILE,
-    Outcome,
-    StagingBusy,
-    acquire_staging_lock,
-    publish,
-    write_json_atomic,
-)
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import PROBLEMS_FILE, Outcome, StagingBusy, acquire_staging_lock, write_json_atomic
 from schemas import NodeStack, Receipt, Stack
 from schemas.tables import TABLES
 
 Redact = Callable[[str], str]
-DEFAULT_TIMEOUT_S = 600.0
 POLL_S = 0.5
 EXIT_FILE = "exit.json"  # the wrapper's (ledger.record.wrapper.EXIT_FILE; not imported: no cycle)
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """What `ledger record` was told about the job (all optional: the environment may say it)."""
-
-    key: str | None = None
-    node_rank: int | None = None
-    nnodes: int | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-
-@dataclass
-class Job:
-    """This wrapper's place in a multi-node job."""
-
-    key: str
-    source: str
-    node_rank: int
-    nnodes: int
-    node_name: str
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    dir: Path | None = None
-    lock_fd: int | None = field(default=None, repr=False)
-
-    def facts(self) -> dict[str, Any]:
-        """What the node's wrapper.json says about the job."""
-        return {"job": {"key": self.key, "source": self.source, "node_rank": self.node_rank,
-                        "nnodes": self.nnodes, "node_name": self.node_name, "timeout_s": self.timeout_s}}
-
-    def claim(self, staging: Path) -> Path:
-        """Create this node's staging directory inside the job's (node 0 also takes the job's lock)."""
-        self.dir = job_dir(staging, self.key)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.node_rank == 0:
-            try:
-                self.lock_fd = acquire_staging_lock(self.dir)
-            except StagingBusy as exc:
-                raise BadInput(f"job {self.key!r}: another wrapper already runs as node 0 (staging {self.dir}); "
-                               "give each node its own node rank") from exc
-        node = node_dir(self.dir, self.node_rank)
-        try:
-            node.mkdir()
-        except FileExistsError as exc:
-            self.release()
-            raise BadInput(f"job {self.key!r}: node {self.node_rank} is already staged in {node}; run one "
-                           "`ledger record` per node (srun --ntasks-per-node 1) or give another --job key") from exc
-        return node
-
-    def release(self) -> None:
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
-
-
-def _int(value: Any) -> int | None:
-    text = str(value or "").strip()
-    return int(text) if text.isdigit() else None
-
-
-def resolve_job(opts: JobOptions | None, env: Mapping[str, str]) -> Job | None:
-    """The job this wrapper belongs to, or None for a single-node launch (the single-run path)."""
-    opts = opts or JobOptions()
-    key, source, node_rank, nnodes = opts.key, "--job", opts.node_rank, opts.nnodes
-    if key is None:
-        step = env.get("SLURM_STEP_ID", "")
-        run_id = env.get("TORCHELASTIC_RUN_ID", "")
-        if env.get("SLURM_JOB_ID") and step.isdigit() and int(step) < 0xFFFFFFF0:  # not the batch/extern step
-            key, source = f"slurm:{env['SLURM_JOB_ID']}.{step}", "slurm"
-            node_rank = node_rank if node_rank is not None else _int(env.get("SLURM_NODEID"))
-            nnodes = nnodes or _int(env.get("SLURM_STEP_NUM_NODES")) or _int(env.get("SLURM_NNODES"))
-        elif run_id and run_id != "none":  # torchrun's default run id is "none": not a key
-            key, source = f"torchelastic:{run_id}", "torchelastic"
-            node_rank = node_rank if node_rank is not None else _int(env.get("GROUP_RANK"))
-            nnodes = nnodes or _int(env.get("GROUP_WORLD_SIZE"))
-        if key is None and (opts.node_rank is not None or (opts.nnodes or 0) > 1):
-            raise BadInput("--node-rank and --nnodes need a job key: add --job KEY (or run under srun)")
-        if key is None or not nnodes or nnodes < 2:
-            return None
-    if not nnodes or nnodes < 1:
-        raise BadInput("--job needs the number of nodes: add --nnodes N")
-    if node_rank is None:
-        raise BadInput(f"job {key!r}: this node's rank is unknown; add --node-rank K (0 publishes the receipt)")
-    if not 0 <= node_rank < nnodes:
-        raise BadInput(f"job {key!r}: node rank {node_rank} is outside 0..{nnodes - 1} (--nnodes {nnodes})")
-    if opts.timeout_s <= 0:
-        raise BadInput(f"--job-timeout must be > 0 seconds, got {opts.timeout_s}")
-    name = env.get("SLURMD_NODENAME") or socket.gethostname()
-    return Job(key, source, node_rank, nnodes, name, opts.timeout_s)
 
 
 # ------------------------------------------------------------------------------------------ node state

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ledger.errors import BadInput
 from ledger.store.layout import ENV_RUN_DIR, PROBES_DIR, STACK_FILE, WRAPPER_FILE
 from ledger.store.merge import read_json
-from ledger.store.publish import add_problems, write_json_atomic
+from ledger.store.staging import add_problems, write_json_atomic
 from schemas import Stack
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class ProbedNode:
 
 def node_identity(env: Mapping[str, str], node_rank: int | None = None) -> tuple[str, int | None]:
     """(node name, node rank) of this process: the names the SDK's runtime facts use, the rank the job key
-    mechanism uses (:func:`ledger.record.job.resolve_job`)."""
+    mechanism uses (:func:`ledger.record.jobkey.resolve_job`)."""
     name = env.get("SLURMD_NODENAME") or socket.gethostname()
     if node_rank is None:
         for var in ("SLURM_NODEID", "GROUP_RANK"):

@@ -19,8 +19,9 @@ from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
 from ledger.store.jobs import is_job_dir
 from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
 from ledger.store.merge import read_json
-from ledger.store.publish import Outcome, StagingBusy, acquire_staging_lock, publish
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome, StagingBusy, acquire_staging_lock
 
 
 @dataclass

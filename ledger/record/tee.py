@@ -124,7 +124,10 @@ class Tee:
         self.stopping = threading.Event()
         self.error: str | None = None
 
-    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+    def start(self, streams: tuple[IO[bytes], IO[bytes]], *, writer: bool = True) -> None:
+        """Start a pump per stream and (``writer``) the writer. With ``writer=False`` the output waits in the
+        spool until :meth:`start_writer`: the wrapper starts the pumps as soon as the launch runs and the
+        writer once the parser it feeds is built."""
         # The writer's batches (redaction, parsing) hold the GIL between their C calls; a pump waiting for it
         # holds back the child. A short switch interval hands it over within SWITCH_S instead of 5 ms.
         self._switch = sys.getswitchinterval()
@@ -135,6 +138,12 @@ class Tee:
             t = threading.Thread(target=self._pump, args=(stream, out), name="ledger-tee-pump", daemon=True)
             t.start()
             self.pumps.append(t)
+        if writer:
+            self.writer.start()
+
+    def start_writer(self, consumer: LineConsumer | None) -> None:
+        """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer``."""
+        self.consumer = consumer
         self.writer.start()
 
     def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
@@ -225,6 +234,8 @@ class Tee:
                 t.join()
             notes.append("a process outside the launch's group kept its output open; what it wrote after the "
                          "launch exited was not recorded")
+        if self.writer.ident is None:  # never started (the wrapper failed before): the log still gets it all
+            self.writer.start()
         self.spool.close()
         self.writer.join()
         try:

@@ -32,21 +32,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ledger import __version__
 from ledger.errors import BadInput, LedgerNotWritable
+from ledger.process import launch_environment
 from ledger.store.faults import fault
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
-from ledger.store.publish import (
-    Outcome,
-    acquire_staging_lock,
-    add_problems,
-    publish,
-    write_json_atomic,
-    write_wrapper_facts,
-)
 from ledger.store.receipts import Ledger
-from schemas import Receipt
+from ledger.store.staging import Outcome, acquire_staging_lock, add_problems, write_json_atomic, write_wrapper_facts
 
 if TYPE_CHECKING:
-    from ledger.record.job import JobOptions
+    from ledger.record.jobkey import JobOptions
+    from schemas import Receipt
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_NOT_RECORDED = 75
@@ -81,9 +75,12 @@ class RecordOptions:
     """A TensorBoard log directory to read besides the launch's directory (``--tensorboard``)."""
     yield_cpu: bool = False
     """Once the launch exited, lower this process's CPU priority for the rest
-    (:func:`ledger.store.publish.yield_cpu`): set by the
+    (:func:`ledger.store.staging.yield_cpu`): set by the
     `ledger record` command, whose process ends with it; a process that goes on (the Python API, `ledger
     rerun`, which launches again) leaves it False."""
+    env: Mapping[str, str] | None = None
+    """The launch's environment (None: this process's, without what the `ledger` command set for itself:
+    :func:`ledger.process.launch_environment`)."""
 
 
 @dataclass
@@ -139,7 +136,12 @@ def process_alive(pid: int | None, start: str | None) -> bool:
 
 
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
-    """Run the command under the ledger and publish its receipt."""
+    """Run the command under the ledger and publish its receipt.
+
+    The launch starts as soon as its staging directory is ready; what only publishing needs (pyarrow, numpy,
+    the receipt models: most of the wrapper's import time) is loaded while it runs."""
+    from ledger.ingest.arguments import stage_arguments
+    from ledger.record.jobkey import resolve_job  # a multi-node job stages per node (None: a single run)
     from ledger.record.tee import Tee
     from ledger.redact import Redactor, StreamRedactor
 
@@ -147,15 +149,14 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
     if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
         raise BadInput(f"command not found: {opts.command[0]!r} (check the launch after `--`)")
-    from ledger.ingest import launch
+    if opts.parse is not None:  # a bad pattern is refused before anything runs
+        from ledger.ingest.formats.pattern import compile_pattern
 
-    launch.check(opts.parse)
-    env = dict(os.environ)
+        compile_pattern(opts.parse)
+    env = launch_environment() if opts.env is None else dict(opts.env)
     redactor = Redactor(env, opts.env_names)
     run_uuid = uuid.uuid4().hex
     err = opts.stderr or sys.stderr.buffer
-    from ledger.record.job import resolve_job  # a multi-node job stages per node (None: a single run)
-
     job = resolve_job(opts.job, env)
     staging = _staging_root(ledger, err)
     run_dir = staging / run_uuid if job is None else job.claim(staging)
@@ -180,11 +181,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     }
     write_wrapper_facts(run_dir, facts)
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
-    launch.start(run_dir, opts.command, opts.cwd, redactor)
-
-    capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
-    capture.start()
-    sampler = _start_sampler(run_dir, opts.telemetry_interval)
+    stage_arguments(run_dir, opts.command, opts.cwd, redactor)  # the config files as they are at launch
 
     child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     forwarded: list[int] = []
@@ -202,10 +199,17 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     outputs = (opts.stdout or sys.stdout.buffer, err)
-    live = launch.live_parser(opts.parse)  # the output's metric lines, parsed as the log is written
-    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs, consumer=live.feed)
+    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs)
     assert child.stdout is not None and child.stderr is not None
-    tee.start((child.stdout, child.stderr))
+    tee.start((child.stdout, child.stderr), writer=False)  # the output waits in the spool until its parser exists
+    sampler = _start_sampler(run_dir, opts.telemetry_interval)
+    capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
+    capture.start()
+    from ledger.ingest import launch
+
+    live = launch.live_parser(opts.parse)  # the output's metric lines, parsed as the log is written
+    tee.start_writer(live.feed)
+    _load_publishing()
     fault("running")
     try:
         returncode = child.wait()
@@ -218,7 +222,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
     fault("finalizing")
     if opts.yield_cpu:  # the training is over: what is left is bookkeeping
-        from ledger.store.publish import yield_cpu
+        from ledger.store.staging import yield_cpu
 
         yield_cpu()
     if sampler is not None:
@@ -254,6 +258,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
             receipt = job_receipt
         else:
             from ledger.record.probe import merge_probe_telemetry
+            from ledger.store.publish import publish
 
             merge_probe_telemetry(run_dir)  # the nodes `ledger probe` sampled, if any
             receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
@@ -285,6 +290,15 @@ def _fill(path: Path, data: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _load_publishing() -> None:
+    """Import what publishing the receipt needs, while the launch runs rather than after it ended (never
+    raises: publishing imports it again and reports what fails there)."""
+    with contextlib.suppress(Exception):
+        import ledger.record.nodes
+        import ledger.record.probe
+        import ledger.store.publish  # noqa: F401
 
 
 def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:

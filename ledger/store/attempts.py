@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING
 from ledger.errors import AmbiguousRef, BadInput
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
-from schemas import Receipt
-from schemas.receipt import Task
 
-if TYPE_CHECKING:  # `ledger record` calls auto_link: DuckDB only when a resume is looked up
+if TYPE_CHECKING:  # `ledger record` calls auto_link before its launch: DuckDB and the models only when needed
     import duckdb
+
+    from schemas import Receipt
+    from schemas.receipt import Task
 
 OVERLAP_TOLERANCE_S = 1e-3
 """Attempts may touch (one ends as the next starts) but not overlap by more than this."""
@@ -62,6 +63,8 @@ class LogicalRun:
     @property
     def task(self) -> Task:
         """The task the attempts report (the first non-empty one)."""
+        from schemas.receipt import Task
+
         return next((r.workload.task for r in self.attempts if r.workload.task != Task()), Task())
 
 
@@ -94,6 +97,8 @@ def load_receipts(con: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[st
         return {}
     marks = ", ".join("?" for _ in ids)
     rows = con.execute(f"SELECT id, receipt FROM receipts WHERE id IN ({marks})", list(ids)).fetchall()
+    from schemas import Receipt
+
     return {str(i): Receipt.model_validate_json(text) for i, text in rows}
 
 
@@ -113,6 +118,8 @@ def run_of(con: duckdb.DuckDBPyConnection, receipt_id: str) -> LogicalRun:
 
 def check_attempts(attempts: Sequence[Receipt]) -> None:
     """Raise :class:`BadInput` when attempts overlap in time or belong to different tasks."""
+    from schemas.receipt import Task
+
     if not attempts:
         raise BadInput("a logical run needs at least one attempt")
     tasks = [(r, r.workload.task) for r in attempts if r.workload.task != Task()]

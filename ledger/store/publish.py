@@ -19,16 +19,13 @@ directory. Readers only ever see complete receipts.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,7 +41,6 @@ from ledger.store.integrity import sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
-    LOCK_FILE,
     LOG_FILE,
     RUNTIME_FILE,
     STACK_FILE,
@@ -54,6 +50,11 @@ from ledger.store.layout import (
 )
 from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
+from ledger.store.staging import (  # the staging side of publishing; re-exported for publish's callers
+    PROBLEMS_FILE,
+    Outcome,
+    staging_lock,
+)
 from ledger.store.summary import summarize
 from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
 from schemas.tables import TABLES
@@ -63,16 +64,6 @@ RuntimeMerge = Callable[[Stack, dict[int, dict[str, Any]]], tuple[Stack, list[st
 """Folds the ranks' runtime facts into a stack; returns it and notes (see ``publish``)."""
 
 PUBLISHED_MARK = "PUBLISHED_AS"
-PROBLEMS_FILE = "problems.jsonl"
-"""Notes of the wrapper about its own capture (telemetry, log, log parsing), one JSON object a line."""
-
-
-def add_problems(run_dir: Path, notes: list[tuple[str, str]]) -> None:
-    """Append (source, message) notes that the receipt will carry as problems."""
-    if notes:
-        with open(run_dir / PROBLEMS_FILE, "a") as f:
-            f.write("".join(json.dumps({"source": s, "message": m}) + "\n" for s, m in notes))
-
 
 def _read_problems(run_dir: Path) -> list[Problem]:
     path = run_dir / PROBLEMS_FILE
@@ -86,42 +77,6 @@ def _read_problems(run_dir: Path) -> list[Problem]:
         except (ValueError, KeyError, TypeError):
             out.append(Problem(source=PROBLEMS_FILE, message=f"unreadable note: {line[:200]}"))
     return out
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How the run ended."""
-
-    status: str
-    exit_code: int | None = None
-    signal: str | None = None
-    ended_at: datetime | None = None
-
-
-class StagingBusy(Exception):
-    """Another process is publishing this staging directory right now."""
-
-
-def acquire_staging_lock(run_dir: Path) -> int:
-    """Take the exclusive lock of a staging directory and return its fd (close it to release).
-    Raises :class:`StagingBusy` when a live process holds it."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as exc:
-        os.close(fd)
-        raise StagingBusy(str(run_dir)) from exc
-    return fd
-
-
-@contextmanager
-def staging_lock(run_dir: Path) -> Iterator[None]:
-    """Hold the staging directory's lock for the duration of the block."""
-    fd = acquire_staging_lock(run_dir)
-    try:
-        yield
-    finally:
-        os.close(fd)
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -561,28 +516,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-YIELD_NICENESS = 10
-"""How much a `ledger record` lowers its CPU priority once its launch exited (:func:`yield_cpu`)."""
-
-
-def yield_cpu() -> None:
-    """Lower the calling thread's CPU priority by :data:`YIELD_NICENESS` for what it has left to do: publishing
-    a finished run can wait a little for interactive readers (`ledger ls`) on a busy machine, and on an idle
-    one nothing changes. Threads started afterwards (DuckDB's, the hashing pools) inherit it. A
-    process cannot raise its priority again, so only one about to end calls this (`ledger record`)."""
-    with contextlib.suppress(OSError):
-        os.nice(YIELD_NICENESS)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write a small JSON file so that readers see the old or the new content, never a mix."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, path)
-
-
-def write_wrapper_facts(run_dir: Path, facts: dict[str, Any]) -> None:
-    """Write wrapper.json atomically."""
-    write_json_atomic(run_dir / WRAPPER_FILE, facts)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ledger.store.merge import finite_or_none
 from schemas import Summary
+
+
+def _pc() -> Any:
+    """Arrow's compute functions, imported on first use: about 60 ms, which a run that logged no step or
+    telemetry row (and its `ledger record`) does not pay."""
+    import pyarrow.compute as pc
+
+    return pc
 
 
 def warmup_cut(n: int) -> int:
@@ -17,7 +26,14 @@ def warmup_cut(n: int) -> int:
 
 def _floats(column: pa.ChunkedArray) -> np.ndarray:
     """The column's values as float64 in row order, nulls left out (NaN and infinities kept)."""
-    return np.asarray(pc.drop_null(column).to_numpy(), dtype=np.float64)
+    return np.asarray(_pc().drop_null(column).to_numpy(), dtype=np.float64)
+
+
+def _largest(column: pa.ChunkedArray) -> int | None:
+    """The largest value of an integer column, None when it holds none (empty or all null)."""
+    if column.null_count == len(column):
+        return None
+    return int(np.nanmax(column.to_numpy()))  # nulls come as NaN (a float array), which nanmax skips
 
 
 def _median_after_warmup(column: pa.ChunkedArray) -> float | None:
@@ -36,9 +52,9 @@ def summarize(
     """The receipt's summary from its tables (steps of rank 0, or of the lowest rank that logged)."""
     steps = tables["steps"].select(["rank", "step", "tokens", "loss", "tokens_per_s", "step_time_s"])
     if steps.num_rows:
-        lowest = pc.min(steps["rank"]).as_py()
-        if pc.max(steps["rank"]).as_py() != lowest:
-            steps = steps.filter(pc.equal(steps["rank"], lowest))
+        lowest = _pc().min(steps["rank"]).as_py()
+        if _pc().max(steps["rank"]).as_py() != lowest:
+            steps = steps.filter(_pc().equal(steps["rank"], lowest))
         order = _floats(steps["step"])
         if len(order) > 1 and not (order[1:] >= order[:-1]).all():  # already in step order: most logs
             steps = steps.sort_by([("step", "ascending")])
@@ -50,10 +66,7 @@ def summarize(
         key = "/".join(str(row[k]) if row[k] is not None else "all" for k in ("split", "source", "metric"))
         if value is not None:
             final_eval[key] = value
-    memory = [
-        pc.max(t["memory_bytes"]).as_py() for t in (tables["steps"], tables["telemetry"]) if t.num_rows
-    ]
-    memory = [m for m in memory if m is not None]
+    memory = [m for t in (tables["steps"], tables["telemetry"]) if (m := _largest(t["memory_bytes"])) is not None]
     return Summary(
         steps=steps.num_rows,
         last_step=last["step"][0].as_py() if last is not None else None,
@@ -65,7 +78,7 @@ def summarize(
         peak_memory_bytes=max(memory) if memory else None,
         energy_j=finite_or_none(energy_j),
         energy_method=energy_method if finite_or_none(energy_j) is not None else "not measured",
-        nonfinite_steps=int((~np.isfinite(_floats(steps["loss"]))).sum()),
+        nonfinite_steps=int((~np.isfinite(_floats(steps["loss"]))).sum()) if steps.num_rows else 0,
         evals=evals.num_rows,
         routing_rows=tables["routing"].num_rows,
     )

@@ -23,8 +23,9 @@ from ledger.analyses.series import imbalanced_layers, load_run, routing_matrices
 from ledger.store import index
 from ledger.store.agreement import check_involved
 from ledger.store.layout import STACK_FILE, WRAPPER_FILE
-from ledger.store.publish import Outcome, publish
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "long_routing"
 STEPS, LAYERS, EXPERTS, CAPACITY = 12, 3, 8, 40

@@ -11,8 +11,9 @@ from helpers import ids_in, load_receipt
 
 from ledger.ingest.live import augment
 from ledger.sdk import Run
-from ledger.store.publish import Outcome, publish, write_wrapper_facts
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome, write_wrapper_facts
 
 LING = "ling_v2_moe_pretrain_mtp_zloss.log"
 

@@ -9,7 +9,7 @@ import pytest
 from ledger import sdk
 from ledger.analyses.nodes import node_differences
 from ledger.errors import BadInput
-from ledger.record.job import Job, JobOptions, resolve_job
+from ledger.record.jobkey import Job, JobOptions, resolve_job
 from ledger.record.nodes import differences, merge_runtime_nodes, package_delta, runtime_merge
 from schemas import Drivers, Factor, NodeStack, Package, Receipt, Software, Stack
 
@@ -171,8 +171,9 @@ def test_show_says_not_available_for_hardware_facts_a_node_could_not_probe(
 
     from ledger.cli.app import cli
     from ledger.report.console import console
-    from ledger.store.publish import Outcome, publish
+    from ledger.store.publish import publish
     from ledger.store.receipts import Ledger
+    from ledger.store.staging import Outcome
     from schemas import Hardware
 
     run = tmp_path / "receipts" / ".staging" / "run"

@@ -24,8 +24,9 @@ from ledger.record.capture import merge_runtime
 from ledger.record.recover import recover
 from ledger.store.layout import rank_of_dir
 from ledger.store.merge import rank_dirs, read_table
-from ledger.store.publish import Outcome, publish, write_wrapper_facts
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome, write_wrapper_facts
 from schemas.tables import TABLES
 
 pytestmark = pytest.mark.slow

@@ -20,19 +20,16 @@ import pytest
 from ledger.redact import REDACTED, Redactor
 from ledger.store.journal import read_from
 from ledger.store.layout import JOURNAL, STAGING
-from ledger.store.publish import (
-    PUBLISHED_MARK,
+from ledger.store.publish import PUBLISHED_MARK, build, publish, sha256_file
+from ledger.store.receipts import Ledger
+from ledger.store.staging import (
     Outcome,
     StagingBusy,
     add_problems,
-    build,
-    publish,
-    sha256_file,
     staging_lock,
     write_json_atomic,
     write_wrapper_facts,
 )
-from ledger.store.receipts import Ledger
 from schemas import Receipt, Stack
 from schemas.tables import TABLES
 

@@ -10,8 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerNotWritable, SchemaTooNew
-from ledger.store.publish import Outcome, publish
+from ledger.store.publish import publish
 from ledger.store.receipts import Ledger, parse_receipt, read_receipt_json, write_receipt
+from ledger.store.staging import Outcome
 from schemas import Receipt
 
 A, B = "ab" + "0" * 62, "cd" + "1" * 62

@@ -20,8 +20,9 @@ from helpers import ids_in
 
 from ledger.store import index, integrity, journal
 from ledger.store.integrity import verify_receipt
-from ledger.store.publish import Outcome, publish, publish_many
+from ledger.store.publish import publish, publish_many
 from ledger.store.receipts import Ledger
+from ledger.store.staging import Outcome
 from schemas import Receipt, canonical_json, seal
 
 
@@ -117,8 +118,8 @@ def test_a_publisher_killed_before_the_journal_is_completed_by_recover(tmp_path:
     ledger = Ledger(tmp_path / "receipts")
     ledger.ensure_writable()
     run_dir = _stage(ledger, 0)
-    code = ("import sys; from pathlib import Path; from ledger.store.publish import Outcome, publish; "
-            "from ledger.store.receipts import Ledger; "
+    code = ("import sys; from pathlib import Path; from ledger.store.publish import publish; "
+            "from ledger.store.staging import Outcome; from ledger.store.receipts import Ledger; "
             "publish(Ledger(sys.argv[1]), Path(sys.argv[2]), Outcome(status='succeeded'), redact=str)")
     proc = subprocess.run([sys.executable, "-c", code, str(ledger.root), str(run_dir)], capture_output=True,
                           env=child_env(LEDGER_FAULT_AT="published"), timeout=120)
@@ -216,7 +217,7 @@ def _count(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def test_yield_cpu_lowers_the_priority_of_the_calling_process() -> None:
-    code = ("import os; from ledger.store.publish import YIELD_NICENESS, yield_cpu; before = os.nice(0); "
+    code = ("import os; from ledger.store.staging import YIELD_NICENESS, yield_cpu; before = os.nice(0); "
             "yield_cpu(); print(os.nice(0) - before, min(19 - before, YIELD_NICENESS))")
     out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True)
     lowered, expected = out.stdout.split()
