@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 from pathlib import Path
 
 from ledger.record.tee import MAX_LINE, Tee
@@ -121,3 +122,43 @@ def test_secrets_in_the_log_are_redacted_but_not_on_the_terminal(tmp_path: Path)
     token = "glpat-" + "Zq8" * 8
     terminal, log = _run(tmp_path, [f"pushing with {token}\n".encode()])
     assert token.encode() in terminal and token.encode() not in log
+
+
+def test_output_before_the_writer_starts_waits_in_the_spool_and_reaches_log_and_consumer(tmp_path: Path) -> None:
+    """The wrapper starts the pumps with the launch and the writer once the parser exists: whatever the child
+    printed in between is neither lost nor handed to the parser out of order."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    terminal = io.BytesIO()
+    log = tmp_path / "output.log"
+    tee = Tee(log, StreamRedactor(Redactor({})).feed_bytes, (terminal, io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    lines = [f"step {i} loss {i / 7:.4f}\n".encode() for i in range(20_000)]  # 500 KB: more than a pipe holds
+    _write_all(out_w, b"".join(lines[:15_000]))  # returns once the pipe took it all: the pumps read on
+    deadline = time.monotonic() + 30
+    while len(terminal.getvalue()) < len(b"".join(lines[:15_000])) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert terminal.getvalue() == b"".join(lines[:15_000])  # the child was never held back
+    assert log.read_bytes() == b""  # nothing written before there is a writer
+    seen: list[bytes] = []
+    tee.start_writer(seen.append)
+    _write_all(out_w, b"".join(lines[15_000:]))
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(os.getpid() + 10**7) == []
+    assert log.read_bytes() == b"".join(lines) == b"".join(seen)
+
+
+def test_a_writer_never_started_still_writes_the_log(tmp_path: Path) -> None:
+    """A wrapper that failed between the launch and its parser: finish still writes out the whole log."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    log = tmp_path / "output.log"
+    tee = Tee(log, StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    os.write(out_w, b"step 1 loss 2.0\n")
+    os.write(err_w, b"warning\n")
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(os.getpid() + 10**7) == []
+    assert sorted(log.read_bytes().splitlines()) == [b"step 1 loss 2.0", b"warning"]

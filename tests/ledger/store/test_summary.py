@@ -56,3 +56,16 @@ def test_odd_count_median_and_no_values() -> None:
     assert summary.nonfinite_steps == 0
     empty = summarize(_tables({"step": []}))
     assert empty.steps == 0 and empty.tokens_per_s is None and empty.final_loss is None
+
+
+def test_peak_memory_is_the_largest_over_steps_and_telemetry_nulls_left_out() -> None:
+    tables = _tables({"step": [1, 2, 3], "rank": [0, 0, 0], "memory_bytes": [None, 7_000_000_001, None]})
+    telemetry = {f.name: [None] * 2 for f in TABLES["telemetry"]}
+    telemetry["memory_bytes"] = [6_000_000_000, None]
+    tables["telemetry"] = pa.table(telemetry, schema=TABLES["telemetry"])
+    assert summarize(tables).peak_memory_bytes == 7_000_000_001
+    tables["telemetry"] = pa.table({**telemetry, "memory_bytes": [8_000_000_000, None]}, schema=TABLES["telemetry"])
+    assert summarize(tables).peak_memory_bytes == 8_000_000_000
+    only_nulls = _tables({"step": [1], "rank": [0], "memory_bytes": [None]})
+    assert summarize(only_nulls).peak_memory_bytes is None
+    assert summarize(_tables({"step": []})).peak_memory_bytes is None
