@@ -12,7 +12,8 @@ same name twice with different values (``train loss 1.2, val loss 1.4``) is ambi
 never guessed. When the step is written ``step: N`` or ``step=N``, only pairs written with ``:`` or ``=``
 count (so a date later in the line, ``Tue Sep 17``, is not a metric); ``step N`` accepts ``name value`` pairs.
 Each name takes the first number after it. Names ``val_*``, ``valid_*``, ``eval_*``, ``test_*`` (or with ``/``)
-are evals of that split at the line's step (``step 100 loss 2.1 val_loss 2.3``).
+are evals of that split at the line's step (``step 100 loss 2.1 val_loss 2.3``). A source file and its line
+number, as a logging prefix writes them (``train.py:212]``, ``[trainer.cc:88]``), are not a metric.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _PAIR = re.compile(
 )
 _STEP_KEYS = frozenset({"step", "iter", "iteration", "global_step", "update", "it"})
 _METRIC_NAMES = frozenset({"lr", "learning_rate", "grad_norm", "ppl", "perplexity"})
+_SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cxx|cu|h|hpp|rs|go|java|scala|js|ts|jl|lua|sh)$", re.I)
+"""A key that names a source file: with ``:`` and a number after it, the file and line of a logging prefix."""
 _EVAL = re.compile(r"^(val|valid|validation|eval|test)[_/](.+)$", re.I)
 _SPLITS = {"val": "val", "valid": "val", "validation": "val", "eval": "eval", "test": "test"}
 
@@ -52,6 +55,8 @@ def parse_line(line: str) -> Parsed | None:
             continue
         if step is not None and not spaced and not sep.strip():
             continue  # `step: 3 loss: 1.2 ... Tue Sep 17`: only pairs written like the step's count
+        if sep.strip() == ":" and _SOURCE_FILE.search(key):
+            continue  # `train.py:212`: where the line was logged, not a metric
         value = number(raw)
         if value is None:
             continue

@@ -106,6 +106,15 @@ def test_generic_key_value_lines_without_phantoms() -> None:
     assert best.evals == [(100, "val", "loss", 2.3), (100, "eval", "acc", 0.5), (200, "val", "loss", 2.2)]
 
 
+@pytest.mark.parametrize("prefix", ["INFO train.py:212]", "[trainer.cc:88]", "W1202 10:00:01.5 run_pretrain.py:31:"])
+def test_a_logging_prefixs_file_and_line_is_no_metric(prefix: str) -> None:
+    capture = LineCapture(fast=False)
+    capture.feed(f"{prefix} step 3 loss 2.5 lr 1e-4\n".encode())
+    capture.close()
+    best = capture.best()
+    assert best is not None and best.steps == {3: {"loss": 2.5, "lr": 1e-4}}
+
+
 @pytest.mark.parametrize("line", [
     "Epoch 3/10", "saving checkpoint at step 1000", "Resuming from iteration 500", "step 10", "lr 0.001 loss 2.3",
     " 42%|████▏     | 250/600 [01:02<01:27,  4.01it/s]", "Evaluating step 3 of 10 ...", "step 7 done in 1.2s",
@@ -200,7 +209,7 @@ def test_columnar_path_reads_what_the_parsers_read() -> None:
     fast_steps, fast_evals, fast_bad = _rows(fast)
     slow_steps, slow_evals, slow_bad = _rows(slow)
     assert len(slow_steps) == 6001  # the last glued line's step 6001 too
-    assert slow_steps[7] == {"loss": 0.42857, "lr": 2e-4, "tokens": 7168, "train.py": 212}
+    assert slow_steps[7] == {"loss": 0.42857, "lr": 2e-4, "tokens": 7168}  # train.py:212 is where, not a metric
     assert slow_steps[8]["loss"] == 3.75e-01 and slow_steps[9]["loss"] == -3.33333e-01
     assert fast_steps == slow_steps and fast_evals == slow_evals and fast_bad == slow_bad
     best = fast.best()
