@@ -15,6 +15,7 @@ plants a real change):
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ STEPS = 120
 TOKENS_PER_STEP = 1024
 STEP_TIME_S = 0.1
 BETWEEN_RUN_SD = 0.05
+_PUBLISHED = itertools.count()
+"""Runs published by :func:`publish_run` in this process: each starts a minute after the one before."""
 WITHIN_RUN_CV = 0.03
 LOSS_SEED_SD = 0.01
 
@@ -113,7 +116,9 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
     ledger.root.mkdir(parents=True, exist_ok=True)
     run_dir = ledger.staging / uuid.uuid4().hex
     run_dir.mkdir(parents=True)
-    started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=int(uuid.uuid4().int % 10**6))
+    # in publication order, as runs recorded one after another: which runs are "the most recent" (the noise
+    # floor's replicate groups) is then the same in every test run, not drawn anew by a random start time
+    started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=next(_PUBLISHED))
     (run_dir / STACK_FILE).write_text(json.dumps(Stack(hardware=Hardware(
         cpu_model="synthetic CPU", cpu_cores=2, memory_bytes=2**34), nodes=nodes,
         environment=environment or {}).model_dump(mode="json")))
