@@ -23,6 +23,13 @@ per receipt, is what each recorded run leaves to its first reader.
 
 Target: our overhead <= 0.15 x MLflow's; ratio = ours / MLflow (lower is better).
 
+Beside it, how long the launch itself waits for the wrapper (``record_launch_delay``): the launch prints the
+clock as its first statement; the time from starting the command to that clock, ``ledger record -- python -c
+...`` against the same ``python -c ...`` started bare (its interpreter's start-up), medians of N interleaved
+pairs, and what comes after the launch's line (publishing) as the rest of the wall time. No target: the wrapper
+starts the launch before it loads what publishing needs, so for a launch longer than those imports, they cost
+its wall time nothing; this says how much of the overhead above a real training launch waits for.
+
     .venv/bin/python bench/bench_record_overhead.py [-n 7] [--mlflow-python PATH]
 """
 
@@ -85,6 +92,18 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path, name: str = "") -> flo
     return elapsed
 
 
+CLOCK = "import time; print(repr(time.time()), flush=True)"
+
+
+def launch_delay(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Seconds from starting ``cmd`` to the clock its launch prints first, and from then to its end."""
+    t0 = time.time()
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, check=True)
+    end = time.time()
+    printed = float(out.stdout.decode().split()[0])
+    return printed - t0, end - printed
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=7, help="repetitions of each command (interleaved)")
@@ -120,6 +139,11 @@ def main() -> None:
         for i in range(args.n):
             for name in names[i % len(names):] + names[:i % len(names)]:
                 times[name].append(timed(*cmds[name], cwd, name))
+        delays: dict[str, list[tuple[float, float]]] = {"bare": [], "record": []}
+        for _ in range(args.n):
+            delays["bare"].append(launch_delay([sys.executable, "-c", CLOCK], base_env, cwd))
+            delays["record"].append(launch_delay([*ledger_command(), "record", "--", sys.executable, "-c", CLOCK],
+                                                 base_env | {"LEDGER_DIR": str(root / "receipts")}, cwd))
         from ledger.store.receipts import Ledger
 
         receipts = len(Ledger(root / "receipts").ids())
@@ -154,14 +178,29 @@ def main() -> None:
     print(f"first run: MLflow creates and migrates its sqlite database ({first_mlflow * 1e3:.0f} ms), ours "
           f"creates the ledger directory ({first_ours * 1e3:.0f} ms); done once before timing, "
           "not counted")
-    print(f"receipts published: {receipts} of {args.n + 1} wrapped runs")
+    print(f"receipts published: {receipts} of {2 * args.n + 1} wrapped runs")
     print(f"left to the index's next reader: `ledger ls` catching up {receipts} receipts {catch_up * 1e3:.0f} ms, "
           f"then with the index current {current * 1e3:.0f} ms: {deferred * 1e3:.0f} ms per receipt "
           f"({deferred_cpu * 1e3:.0f} ms CPU), once, by whoever reads the index first")
     print(f"ours / MLflow = {ours * 1e3:.1f} ms / {theirs * 1e3:.1f} ms = {ratio:.3f} (target <= {TARGET}); "
           f"CPU time: {cpu_ours * 1e3:.1f} ms / {cpu_theirs * 1e3:.1f} ms = {cpu_ours / cpu_theirs:.3f}; "
           f"load average {os.getloadavg()[0]:.1f}")
+    wait = {k: statistics.median(d for d, _ in v) for k, v in delays.items()}
+    rest = {k: statistics.median(r for _, r in v) for k, v in delays.items()}
+    held = wait["record"] - wait["bare"]
+    print(f"the launch's first line came {wait['record'] * 1e3:.0f} ms after `ledger record` started, "
+          f"{wait['bare'] * 1e3:.0f} ms after a bare start (its interpreter): held back {held * 1e3:.0f} ms; "
+          f"after that line, {rest['record'] * 1e3:.0f} ms to the end under `ledger record` "
+          f"(bare {rest['bare'] * 1e3:.0f} ms): publishing")
     print()
+    print(json.dumps({
+        "figure": "record_launch_delay", "value": round(held * 1e3, 1), "unit": "ms",
+        "reference": round(wait["bare"] * 1e3, 1), "ratio": round(wait["record"] / wait["bare"], 2),
+        "note": (f"median of {args.n}: the time from starting `ledger record -- python -c CLOCK` to the clock the "
+                 f"launch prints, minus the same for a bare `python -c CLOCK` (the reference, its start-up); ratio "
+                 f"= with the wrapper / bare; after the launch's line, {rest['record'] * 1e3:.0f} ms to the end "
+                 f"(bare {rest['bare'] * 1e3:.0f} ms); no target"),
+    }))
     print(json.dumps({
         "figure": "record_wrapper_overhead", "value": round(ours * 1e3, 1), "unit": "ms",
         "reference": round(theirs * 1e3, 1), "ratio": round(ratio, 3), "target": TARGET,
