@@ -122,6 +122,8 @@ class Tee:
         self.pumps: list[threading.Thread] = []
         self.writer = threading.Thread(target=self._write_loop, name="ledger-tee-writer", daemon=True)
         self.stopping = threading.Event()
+        self.last_output = time.monotonic()
+        """When a pump last read output (or the tee was made)."""
         self.error: str | None = None
 
     def start(self, streams: tuple[IO[bytes], IO[bytes]], *, writer: bool = True) -> None:
@@ -140,6 +142,17 @@ class Tee:
             self.pumps.append(t)
         if writer:
             self.writer.start()
+
+    def wait_quiet(self, quiet_s: float, limit_s: float, done: Callable[[], bool]) -> None:
+        """Return once no output came for ``quiet_s`` seconds, ``done()`` is true (the child exited) or
+        ``limit_s`` seconds passed: the moment for the wrapper's own work that holds the interpreter lock (its
+        imports), which would otherwise hold back the pumps, and the child with them, while it prints."""
+        deadline = time.monotonic() + limit_s
+        while not done():
+            now = time.monotonic()
+            if now - self.last_output >= quiet_s or now >= deadline:
+                return
+            time.sleep(min(quiet_s, 0.01))
 
     def start_writer(self, consumer: LineConsumer | None) -> None:
         """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer``."""
@@ -166,6 +179,7 @@ class Tee:
                 continue
             if not chunk:
                 break
+            self.last_output = time.monotonic()
             _emit(out, out_fd, chunk)
             cut = chunk.rfind(b"\n")
             if cut < 0:

@@ -46,6 +46,10 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_NOT_RECORDED = 75
 """Exit status of `ledger record` when the launch succeeded but its receipt could not be published
 (EX_TEMPFAIL: retry with `ledger recover`). A failed launch keeps its own exit status."""
+QUIET_S = 0.02
+QUIET_LIMIT_S = 2.0
+"""Once the launch started, the wrapper loads what it needs for the rest (the parser, the stack capture,
+publishing) when the launch's output pauses for QUIET_S, the launch ended, or QUIET_LIMIT_S passed."""
 EXIT_FILE = "exit.json"
 """Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
 a run whose wrapper died afterwards its true status."""
@@ -138,8 +142,9 @@ def process_alive(pid: int | None, start: str | None) -> bool:
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     """Run the command under the ledger and publish its receipt.
 
-    The launch starts as soon as its staging directory is ready; what only publishing needs (pyarrow, numpy,
-    the receipt models: most of the wrapper's import time) is loaded while it runs."""
+    The launch starts as soon as its staging directory is ready; the parser, the stack capture, the telemetry
+    sampler and what publishing needs (pyarrow, numpy, the receipt models: most of the wrapper's import time)
+    are loaded while it runs, once its output pauses (:meth:`ledger.record.tee.Tee.wait_quiet`)."""
     from ledger.ingest.arguments import stage_arguments
     from ledger.record.jobkey import resolve_job  # a multi-node job stages per node (None: a single run)
     from ledger.record.tee import Tee
@@ -202,6 +207,9 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs)
     assert child.stdout is not None and child.stderr is not None
     tee.start((child.stdout, child.stderr), writer=False)  # the output waits in the spool until its parser exists
+    # what follows imports pyarrow, numpy and the receipt models, holding the interpreter lock for long stretches:
+    # not while the launch's first output pours out (the pumps would wait for the lock, and the launch for them)
+    tee.wait_quiet(QUIET_S, QUIET_LIMIT_S, lambda: child.poll() is not None)
     sampler = _start_sampler(run_dir, opts.telemetry_interval)
     capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
     capture.start()

@@ -162,3 +162,33 @@ def test_a_writer_never_started_still_writes_the_log(tmp_path: Path) -> None:
     os.close(err_w)
     assert tee.finish(os.getpid() + 10**7) == []
     assert sorted(log.read_bytes().splitlines()) == [b"step 1 loss 2.0", b"warning"]
+
+
+def test_wait_quiet_returns_on_a_pause_on_the_end_of_the_launch_or_at_its_limit(tmp_path: Path) -> None:
+    """The wrapper's imports wait for a pause in the launch's output (they would hold the pumps back), but never
+    past the launch's end or the limit: each way out, with output that never pauses for the other ones."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    tee = Tee(tmp_path / "output.log", StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    tee.wait_quiet(0.02, 3600, lambda: False)  # no output at all: quiet
+    stop = threading.Event()
+
+    def chatty() -> None:
+        while not stop.is_set():
+            os.write(out_w, b"step 1 loss 2.0\n" * 64)
+
+    feeder = threading.Thread(target=chatty)
+    feeder.start()
+    try:
+        tee.wait_quiet(3600, 0.2, lambda: False)  # never quiet for an hour: the limit
+        assert feeder.is_alive()
+        tee.wait_quiet(3600, 3600, lambda: True)  # the launch ended
+        assert feeder.is_alive()
+    finally:
+        stop.set()
+        feeder.join()
+    tee.start_writer(None)
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(os.getpid() + 10**7) == []
