@@ -20,7 +20,7 @@ import pyarrow as pa
 from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, rank_of_dir
 from ledger.store.routing import as_lists
 from schemas import Problem
-from schemas.tables import EXTRA, ROUTING_LONG, TABLES
+from schemas.tables import EXTRA, EXTRA_CODED, ROUTING_LONG, TABLES
 
 MAX_LINES_LISTED = 10
 MAX_LINE_BYTES = 1 << 20
@@ -107,7 +107,8 @@ def _rel(path: Path, root: Path) -> str:
 
 def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, Problem | None]:
     """Every complete record batch of an IPC stream (several streams may be appended back to back, one
-    per process that opened the file)."""
+    per process that opened the file), in ``schema``: the custom names of the SDK's steps stream
+    (:data:`schemas.tables.STEPS_STREAM`) are decoded here, a batch at a time."""
     batches: list[pa.RecordBatch] = []
     long_rows: list[pa.RecordBatch] = []  # routing of an SDK from before the list layout
     problem = None
@@ -117,16 +118,20 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
             start = f.tell()
             try:
                 reader = pa.ipc.open_stream(f)
-                older = not reader.schema.equals(schema)
-                long = older and schema.equals(TABLES["routing"]) and reader.schema.equals(ROUTING_LONG)
-                if older and not long and not _is_older(reader.schema, schema):
+                found = _decoded(reader.schema)
+                coded = found is not reader.schema
+                older = not found.equals(schema)
+                long = older and schema.equals(TABLES["routing"]) and found.equals(ROUTING_LONG)
+                if older and not long and not _is_older(found, schema):
                     raise ValueError(f"schema differs from {schema.names}")
                 while True:
                     try:
                         batch = reader.read_next_batch()
                     except StopIteration:
                         break
-                    batch.validate(full=True)  # offsets and UTF-8 of garbage that parsed as a batch
+                    batch.validate(full=True)  # offsets, UTF-8, dictionary indices of garbage that parsed
+                    if coded:
+                        batch = _decode(batch, found)
                     if long:
                         long_rows.append(batch)
                     else:
@@ -144,6 +149,20 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
     if long_rows:
         table = pa.concat_tables([table, as_lists(pa.Table.from_batches(long_rows, schema=ROUTING_LONG))])
     return table, problem
+
+
+def _decoded(found: pa.Schema) -> pa.Schema:
+    """``found`` with the custom names of the SDK's steps stream decoded (``found`` itself when none is
+    coded)."""
+    if not any(f.type == EXTRA_CODED for f in found):
+        return found
+    return pa.schema([f.with_type(EXTRA) if f.type == EXTRA_CODED else f for f in found], metadata=found.metadata)
+
+
+def _decode(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of a stream whose custom names are dictionary-coded, in ``schema`` (:func:`_decoded`)."""
+    return pa.RecordBatch.from_arrays(
+        [c.cast(EXTRA) if c.type == EXTRA_CODED else c for c in batch.columns], schema=schema)
 
 
 def _is_older(found: pa.Schema, schema: pa.Schema) -> bool:
