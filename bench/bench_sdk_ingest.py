@@ -79,7 +79,7 @@ def time_ours(rows: list[dict[str, Any]], workdir: Path) -> dict[str, float]:
     t1 = time.perf_counter()
     run.close()
     t2 = time.perf_counter()
-    table, problems = read_table(workdir, "steps")
+    table, problems = read_table(workdir, "steps", coded=True)  # as publish reads it
     t3 = time.perf_counter()
     write_parquet(table, workdir / "steps.parquet")
     t4 = time.perf_counter()

@@ -103,3 +103,26 @@ def test_coded_custom_names_are_decoded_and_a_bad_index_is_reported(tmp_path: Pa
     assert table.schema.equals(STEPS)
     assert table.to_pylist()[0]["extra"] == [("b", 0.0), ("a/x", 0.5)] and table.num_rows == 1
     assert len(problems) == 1 and "kept the 1 rows" in problems[0].message
+
+
+def test_coded_names_stay_coded_only_when_every_file_codes_them(tmp_path: Path) -> None:
+    """read_table(coded=True), as publish reads: the SDK's coded names stay coded; beside a rank that wrote
+    JSON lines (names as strings) every rank's are decoded; either way the same rows."""
+    from ledger.sdk import Run
+    from schemas.tables import STEPS_STREAM
+
+    run = Run(tmp_path, rank=0, background=False)
+    run.log_step(1, loss=1.0, a=0.5)
+    run.flush()
+    run.log_step(2, b=2.0)  # another batch, another dictionary
+    run.close()
+    coded, problems = read_table(tmp_path, "steps", coded=True)
+    assert not problems and coded.schema.equals(STEPS_STREAM)
+    assert coded.column("extra").to_pylist() == [[("a", 0.5)], [("b", 2.0)]]
+    assert read_table(tmp_path, "steps")[0].schema.equals(STEPS)
+
+    (tmp_path / "rank-00001").mkdir()
+    (tmp_path / "rank-00001" / "steps.jsonl").write_text('{"step": 1, "c": 3.0}\n')
+    mixed, problems = read_table(tmp_path, "steps", coded=True)
+    assert not problems and mixed.schema.equals(STEPS)
+    assert mixed.column("extra").to_pylist() == [[("a", 0.5)], [("b", 2.0)], [("c", 3.0)]]
