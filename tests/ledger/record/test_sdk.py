@@ -164,6 +164,8 @@ def test_the_steps_stream_is_compressed_and_follows_an_uncompressed_one(tmp_path
     assert not problems and table.column("step").to_pylist() == list(range(1, 2002))
     assert table.column("loss").to_pylist()[0] == 9.0
     assert [dict(m) for m in table.column("extra").to_pylist()[1:]] == rows
+    as_published, problems = read_table(tmp_path, "steps", coded=True)  # one file, both kinds: all decoded
+    assert not problems and as_published.equals(table)
     plain = pa.BufferOutputStream()
     with pa.ipc.new_stream(plain, STEPS) as writer:
         writer.write_table(table.slice(1))
