@@ -36,6 +36,15 @@ STEPS = pa.schema(
     ]
 )
 
+EXTRA_CODED = pa.map_(pa.dictionary(pa.int32(), pa.string()), pa.float64())
+""":data:`EXTRA` as the SDK's steps stream holds it: each row's names as indices into one dictionary of the
+names per batch (a training loop names the same few metrics on every row)."""
+
+STEPS_STREAM = pa.schema([f.with_type(EXTRA_CODED) if f.name == "extra" else f for f in STEPS])
+"""The steps table in the SDK's Arrow IPC stream (``steps.arrows``): :data:`STEPS` with the ``extra`` names
+dictionary-coded. :func:`ledger.store.merge.read_table` reads streams of either schema (a rank file may hold
+an older SDK's stream of :data:`STEPS` before this one's) and returns :data:`STEPS`, the names decoded."""
+
 EVALS = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),

@@ -13,14 +13,16 @@ import math
 from collections.abc import Container, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 
 from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX, rank_of_dir
 from ledger.store.routing import as_lists
 from schemas import Problem
-from schemas.tables import EXTRA, ROUTING_LONG, TABLES
+from schemas.tables import EXTRA, EXTRA_CODED, ROUTING_LONG, TABLES
+
+_Batch = TypeVar("_Batch", pa.RecordBatch, pa.Table)
 
 MAX_LINES_LISTED = 10
 MAX_LINE_BYTES = 1 << 20
@@ -39,10 +41,18 @@ def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
         yield rank, path
 
 
-def read_table(run_dir: Path, name: str, ranks: Container[int] | None = None) -> tuple[pa.Table, list[Problem]]:
+def read_table(
+    run_dir: Path, name: str, ranks: Container[int] | None = None, *, coded: bool = False,
+) -> tuple[pa.Table, list[Problem]]:
     """All rows of one metric table over every rank (or only ``ranks``; -1: the wrapper's), in the table's
-    schema, and what was damaged."""
+    schema, and what was damaged.
+
+    ``coded``: when every file holds the steps table's custom names dictionary-coded (the SDK's streams),
+    they stay so (:data:`schemas.tables.STEPS_STREAM`): the publisher writes them to Parquet as they are,
+    without a string per value (:func:`ledger.store.publish.write_parquet`). Otherwise the table's own
+    schema, the names decoded."""
     schema = TABLES[name]
+    keep = coded and _coded(schema) is not schema
     parts: list[pa.Table] = []
     problems: list[Problem] = []
     for rank, directory in rank_dirs(run_dir):
@@ -51,7 +61,7 @@ def read_table(run_dir: Path, name: str, ranks: Container[int] | None = None) ->
         stream = directory / f"{name}{STREAM_SUFFIX}"
         if stream.exists():
             with _contained(stream, run_dir, problems):
-                table, problem = _read_stream(stream, schema, run_dir)
+                table, problem = _read_stream(stream, schema, run_dir, keep)
                 parts.append(table)
                 if problem:
                     problems.append(problem)
@@ -63,6 +73,8 @@ def read_table(run_dir: Path, name: str, ranks: Container[int] | None = None) ->
                 problems.extend(bad)
     if not parts:
         return schema.empty_table(), problems
+    if len({p.schema for p in parts}) > 1:  # coded streams beside rows of decoded names: all decoded
+        parts = [_decode(p, schema) for p in parts]
     return pa.concat_tables(parts), problems
 
 
@@ -105,9 +117,12 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, Problem | None]:
+def _read_stream(
+    path: Path, schema: pa.Schema, root: Path, keep: bool = False,
+) -> tuple[pa.Table, Problem | None]:
     """Every complete record batch of an IPC stream (several streams may be appended back to back, one
-    per process that opened the file)."""
+    per process that opened the file), in ``schema``, or with the custom names of the SDK's steps stream
+    (:data:`schemas.tables.STEPS_STREAM`) still coded when ``keep`` and every stream of the file codes them."""
     batches: list[pa.RecordBatch] = []
     long_rows: list[pa.RecordBatch] = []  # routing of an SDK from before the list layout
     problem = None
@@ -117,16 +132,20 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
             start = f.tell()
             try:
                 reader = pa.ipc.open_stream(f)
-                older = not reader.schema.equals(schema)
-                long = older and schema.equals(TABLES["routing"]) and reader.schema.equals(ROUTING_LONG)
-                if older and not long and not _is_older(reader.schema, schema):
+                found = _decoded(reader.schema)
+                coded = found is not reader.schema
+                older = not found.equals(schema)
+                long = older and schema.equals(TABLES["routing"]) and found.equals(ROUTING_LONG)
+                if older and not long and not _is_older(found, schema):
                     raise ValueError(f"schema differs from {schema.names}")
                 while True:
                     try:
                         batch = reader.read_next_batch()
                     except StopIteration:
                         break
-                    batch.validate(full=True)  # offsets and UTF-8 of garbage that parsed as a batch
+                    batch.validate(full=True)  # offsets, UTF-8, dictionary indices of garbage that parsed
+                    if coded and (older or not keep):  # (an older schema is widened with decoded names)
+                        batch = _decode(batch, found)
                     if long:
                         long_rows.append(batch)
                     else:
@@ -140,10 +159,36 @@ def _read_stream(path: Path, schema: pa.Schema, root: Path) -> tuple[pa.Table, P
                 break
             if f.tell() == start:  # pragma: no cover - defensive: no progress
                 break
-    table = pa.Table.from_batches(batches, schema=schema)
+    kept = _coded(schema)
+    if not (keep and batches and all(b.schema.equals(kept) for b in batches)):
+        batches, kept = [_decode(b, schema) for b in batches], schema
+    table = pa.Table.from_batches(batches, schema=kept)
     if long_rows:
         table = pa.concat_tables([table, as_lists(pa.Table.from_batches(long_rows, schema=ROUTING_LONG))])
     return table, problem
+
+
+def _decoded(found: pa.Schema) -> pa.Schema:
+    """``found`` with the custom names of the SDK's steps stream decoded (``found`` itself when none is
+    coded)."""
+    if not any(f.type == EXTRA_CODED for f in found):
+        return found
+    return pa.schema([f.with_type(EXTRA) if f.type == EXTRA_CODED else f for f in found], metadata=found.metadata)
+
+
+def _coded(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its custom names dictionary-coded (``schema`` itself when it has none)."""
+    if not any(f.type == EXTRA for f in schema):
+        return schema
+    return pa.schema([f.with_type(EXTRA_CODED) if f.type == EXTRA else f for f in schema], metadata=schema.metadata)
+
+
+def _decode(batch: _Batch, schema: pa.Schema) -> _Batch:
+    """A batch or table in ``schema``, its dictionary-coded custom names decoded (as it is when none is)."""
+    if not any(c.type == EXTRA_CODED for c in batch.columns):
+        return batch
+    columns = [c.cast(EXTRA) if c.type == EXTRA_CODED else c for c in batch.columns]
+    return type(batch).from_arrays(columns, schema=schema)
 
 
 def _is_older(found: pa.Schema, schema: pa.Schema) -> bool:

@@ -57,7 +57,7 @@ from ledger.store.staging import (  # the staging side of publishing; re-exporte
 )
 from ledger.store.summary import summarize
 from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
-from schemas.tables import TABLES
+from schemas.tables import EXTRA, TABLES
 
 Redact = Callable[[str], str]
 RuntimeMerge = Callable[[Stack, dict[int, dict[str, Any]]], tuple[Stack, list[str]]]
@@ -194,7 +194,11 @@ def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
       names or of mixed metrics prune no query, while hashing a million names cost as much as writing every
       other column. The names are compressed with LZ4 (Parquet's LZ4_RAW), every other column with zstd:
       on 1,000,000 names (10 a row), LZ4 packs their repeating pattern smaller than zstd (the MAP column 2%
-      smaller) in a quarter less CPU time for the whole MAP column.
+      smaller) in a quarter less CPU time for the whole MAP column. Names that come dictionary-coded (the
+      SDK's, :func:`ledger.store.merge.read_table` with ``coded``) are written as they are, Parquet's
+      dictionary encoding without hashing a name: a dictionary page and a few bits a value (zstd), never a
+      string per value. The file's MAP is the same to any Parquet reader (DuckDB reads MAP(VARCHAR, DOUBLE));
+      the Arrow schema stored beside it says the names are dictionary-coded, which pyarrow then returns.
     - A column's dictionary stops at :data:`DICTIONARY_PAGE` bytes, after which the rest of its row group is
       written plain: columns of few values (rank, a constant learning rate, phases, kinds) keep their
       dictionary, while a column of unique values (step, time, loss) stops hashing after 8,192 of them instead
@@ -208,7 +212,8 @@ def write_parquet(table: pa.Table, path: Path | pa.NativeFile) -> None:
     fields = list(table.schema)
     packed = [f.name for f in fields if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)]
     plain = [f.name for f in fields if not pa.types.is_map(f.type) and f.name not in packed]
-    pq.write_table(table, path, compression=_compression(table.schema), use_dictionary=plain,
+    coded = [f"{f.name}.key_value.key" for f in fields if pa.types.is_map(f.type) and _coded_keys(f.type)]
+    pq.write_table(table, path, compression=_compression(table.schema), use_dictionary=plain + coded,
                    write_statistics=[f.name for f in fields if not pa.types.is_map(f.type)],
                    column_encoding={f"{name}.list.element": "DELTA_BINARY_PACKED" for name in packed} or None,
                    dictionary_pagesize_limit=DICTIONARY_PAGE, row_group_size=LIST_ROW_GROUP if packed else None)
@@ -222,7 +227,7 @@ def _compression(schema: pa.Schema) -> str | dict[str, str]:
     codecs = {}
     for f in schema:
         if pa.types.is_map(f.type):
-            codecs[f"{f.name}.key_value.key"] = "lz4_raw"
+            codecs[f"{f.name}.key_value.key"] = "zstd" if _coded_keys(f.type) else "lz4_raw"
             codecs[f"{f.name}.key_value.value"] = "zstd"
         elif pa.types.is_list(f.type):
             codecs[f"{f.name}.list.element"] = "zstd"
@@ -233,10 +238,22 @@ def _compression(schema: pa.Schema) -> str | dict[str, str]:
     return codecs
 
 
+def _coded_keys(type_: pa.MapType) -> bool:
+    """True when a MAP's keys are dictionary-coded."""
+    return bool(pa.types.is_dictionary(type_.key_type))
+
+
 def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
     """Apply the redactor to every string column (event details, eval sources, phases, extra keys...):
-    the training process may log anything, and nothing it logs may carry a secret into the ledger."""
+    the training process may log anything, and nothing it logs may carry a secret into the ledger.
+    Dictionary-coded names are read in their dictionaries, and decoded only when one must change."""
     for i, f in enumerate(table.schema):
+        if pa.types.is_map(f.type) and _coded_keys(f.type):
+            names = {n for chunk in table.column(i).chunks for n in chunk.keys.dictionary.to_pylist()}
+            if all(redact(n) == n for n in names if n is not None):
+                continue
+            f = f.with_type(EXTRA)
+            table = table.set_column(i, f, table.column(i).cast(EXTRA))
         if pa.types.is_string(f.type):
             values = table.column(i).to_pylist()
             done = {v: redact(v) for v in set(values) if v is not None}  # phases, kinds: few distinct values
@@ -284,7 +301,7 @@ def build(
     artifacts: list[Artifact] = []
     attempt = int(wrapper.get("attempt") or 1)
     for name in TABLES:
-        table, bad = read_table(run_dir, name)
+        table, bad = read_table(run_dir, name, coded=True)
         table = _redact_strings(table, redact)
         problems.extend(bad)
         if name == "events" and table.num_rows:

@@ -143,12 +143,12 @@ def test_truncated_stream_keeps_complete_batches(tmp_path: Path) -> None:
 
 
 def test_the_steps_stream_is_compressed_and_follows_an_uncompressed_one(tmp_path: Path) -> None:
-    """An SDK from before the compression left an uncompressed stream in the rank file; this one appends its
-    compressed stream: both read, every value in place, and the new stream is smaller than the same rows
-    uncompressed (the custom names repeat on every row)."""
+    """An SDK from before the compression (and the coded names) left an uncompressed stream of STEPS in the
+    rank file; this one appends its compressed stream of STEPS_STREAM: both read, every value in place, and the
+    new stream is smaller than the same rows uncompressed, its names held once, in the batch's dictionary."""
     import pyarrow as pa
 
-    from schemas.tables import STEPS
+    from schemas.tables import STEPS, STEPS_STREAM
 
     path = tmp_path / "rank-00000" / "steps.arrows"
     path.parent.mkdir(parents=True)
@@ -164,10 +164,16 @@ def test_the_steps_stream_is_compressed_and_follows_an_uncompressed_one(tmp_path
     assert not problems and table.column("step").to_pylist() == list(range(1, 2002))
     assert table.column("loss").to_pylist()[0] == 9.0
     assert [dict(m) for m in table.column("extra").to_pylist()[1:]] == rows
+    as_published, problems = read_table(tmp_path, "steps", coded=True)  # one file, both kinds: all decoded
+    assert not problems and as_published.equals(table)
     plain = pa.BufferOutputStream()
     with pa.ipc.new_stream(plain, STEPS) as writer:
         writer.write_table(table.slice(1))
     assert path.stat().st_size - before < plain.getvalue().size / 2
+    with pa.OSFile(str(path), "rb") as f:  # the SDK's stream, after the older one: the names dictionary-coded
+        f.seek(before)
+        written = pa.ipc.open_stream(f).read_all().column("extra").combine_chunks()
+    assert written.type == STEPS_STREAM.field("extra").type and written.keys.dictionary.to_pylist() == list(rows[0])
 
 
 def test_two_processes_appending_to_one_rank_file(tmp_path: Path) -> None:
@@ -179,3 +185,15 @@ def test_two_processes_appending_to_one_rank_file(tmp_path: Path) -> None:
     steps, problems = read_table(tmp_path, "steps")
     assert not problems and steps.column("step").to_pylist() == [1, 2, 3, 4]
     assert isinstance(steps, pa.Table)
+
+
+def test_a_full_steps_buffer_is_written_before_close(tmp_path: Path) -> None:
+    """log_step (the run's closure) flushes by itself once ``flush_rows`` rows are buffered, with no flush
+    thread: the rows are in the rank file while the run is still open."""
+    run = sdk.Run(tmp_path, rank=0, background=False, flush_rows=4)
+    for step in range(1, 6):
+        run.log_step(step, loss=1.0, custom=float(step))
+    written, problems = read_table(tmp_path, "steps")
+    assert not problems and written.column("step").to_pylist() == [1, 2, 3, 4]
+    run.close()
+    assert read_table(tmp_path, "steps")[0].column("extra").to_pylist()[4] == [("custom", 5.0)]

@@ -78,3 +78,51 @@ def test_a_json_line_longer_than_the_limit_is_skipped_without_reading_it_whole(t
     table, problems = read_table(tmp_path, "steps")
     assert [r["step"] for r in table.to_pylist()] == [1, 3]
     assert "line 2: longer than" in problems[0].message
+
+
+def test_coded_custom_names_are_decoded_and_a_bad_index_is_reported(tmp_path: Path) -> None:
+    """The SDK's steps stream codes the custom names (STEPS_STREAM): read_table gives them back as strings,
+    and a batch whose name index points past its dictionary is damage, reported, the batch before it kept."""
+    from schemas.tables import EXTRA_CODED, STEPS_STREAM
+
+    def batch(step: int, indices: list[int]) -> pa.RecordBatch:
+        names = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(["a/x", "b"]), safe=False)
+        extra = pa.MapArray.from_arrays(pa.array([0, len(indices)], pa.int32()), names,
+                                        pa.array([0.5 * i for i in range(len(indices))]))
+        columns = {"rank": pa.array([0], pa.int32()), "step": pa.array([step], pa.int64()), "extra": extra}
+        return pa.RecordBatch.from_arrays(
+            [columns.get(f.name, pa.nulls(1, f.type)) for f in STEPS_STREAM], schema=STEPS_STREAM)
+
+    path = tmp_path / "rank-00000" / "steps.arrows"
+    path.parent.mkdir()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, STEPS_STREAM) as writer:
+        writer.write_batch(batch(1, [1, 0]))
+        writer.write_batch(batch(2, [0, 7]))  # no name 7
+    assert STEPS_STREAM.field("extra").type == EXTRA_CODED
+    table, problems = read_table(tmp_path, "steps")
+    assert table.schema.equals(STEPS)
+    assert table.to_pylist()[0]["extra"] == [("b", 0.0), ("a/x", 0.5)] and table.num_rows == 1
+    assert len(problems) == 1 and "kept the 1 rows" in problems[0].message
+
+
+def test_coded_names_stay_coded_only_when_every_file_codes_them(tmp_path: Path) -> None:
+    """read_table(coded=True), as publish reads: the SDK's coded names stay coded; beside a rank that wrote
+    JSON lines (names as strings) every rank's are decoded; either way the same rows."""
+    from ledger.sdk import Run
+    from schemas.tables import STEPS_STREAM
+
+    run = Run(tmp_path, rank=0, background=False)
+    run.log_step(1, loss=1.0, a=0.5)
+    run.flush()
+    run.log_step(2, b=2.0)  # another batch, another dictionary
+    run.close()
+    coded, problems = read_table(tmp_path, "steps", coded=True)
+    assert not problems and coded.schema.equals(STEPS_STREAM)
+    assert coded.column("extra").to_pylist() == [[("a", 0.5)], [("b", 2.0)]]
+    assert read_table(tmp_path, "steps")[0].schema.equals(STEPS)
+
+    (tmp_path / "rank-00001").mkdir()
+    (tmp_path / "rank-00001" / "steps.jsonl").write_text('{"step": 1, "c": 3.0}\n')
+    mixed, problems = read_table(tmp_path, "steps", coded=True)
+    assert not problems and mixed.schema.equals(STEPS)
+    assert mixed.column("extra").to_pylist() == [[("a", 0.5)], [("b", 2.0)], [("c", 3.0)]]
