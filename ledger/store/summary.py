@@ -61,7 +61,8 @@ def summarize(
     last = steps.slice(steps.num_rows - 1) if steps.num_rows else None
     evals = tables["evals"]
     final_eval: dict[str, float] = {}
-    for row in evals.sort_by([("step", "ascending")]).select(["split", "source", "metric", "value"]).to_pylist():
+    ordered = evals.sort_by([("step", "ascending")]) if evals.num_rows > 1 else evals  # sort_by loads Arrow compute
+    for row in ordered.select(["split", "source", "metric", "value"]).to_pylist():
         value = finite_or_none(row["value"])
         key = "/".join(str(row[k]) if row[k] is not None else "all" for k in ("split", "source", "metric"))
         if value is not None:

@@ -52,9 +52,10 @@ def test_no_claim_without_between_run_evidence() -> None:
 
 @pytest.mark.slow
 def test_claim_at_another_scale_end_to_end(ledger_cli, ledger_dir) -> None:
-    # the planted delay (0.25 s) dominates a tiny step (~20 ms) even on a loaded machine (whose load can halve
-    # throughput)
-    ledger_cli("record", "--name", "slow", "--", *TINY, "--set", "steps=8", "--set", "delay_s=0.25", check=True)
+    # the planted delay (0.5 s) dominates a tiny step (~20 ms) even on a loaded machine: load can halve the fast
+    # runs' throughput, and differently in each, so that 2 vs 2 runs (t at 2 df: 4.3) need a large effect; with
+    # 0.25 s, a 7.6x ratio once came out inconclusive (95% CI [0.96, 49.6]) at load 8
+    ledger_cli("record", "--name", "slow", "--", *TINY, "--set", "steps=8", "--set", "delay_s=0.5", check=True)
     ledger_cli("record", "--name", "fast", "--", *TINY, "--set", "steps=8", check=True)
     alone = ledger_cli("claim", "slow", "fast")  # one run per side, no replicate group: no claim
     assert alone.returncode == 1 and alone.stdout.startswith("no claim: the throughput verdict is inconclusive")
