@@ -615,12 +615,23 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
 
 
 def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) -> SyncResult:
-    """Rebuild the index from the receipt files."""
+    """Rebuild the index from the receipt files.
+
+    The write-ahead log is checkpointed once, when the rebuild closes the index, instead of at DuckDB's default
+    16 MB: each checkpoint compressed again the tables' last, growing row group, so its cost grew with the ledger
+    (the receipts table alone, 100,000 rows inserted 512 at a time: 37 s of CPU with the default, 25 s at 256 MB,
+    18 s at 1 GB; a whole reindex of 101,723 generated receipts, back to back on a shared machine: 199.5 s of CPU
+    against 209.2 s); the log meanwhile holds what the rebuild inserted."""
     with writable(ledger) as con:
         con.execute("SET threads = 1")  # many small files: DuckDB's threads cost more than they read; the
-        _drop_all(con)                  # receipts of the next batch are verified meanwhile in Python's
+        con.execute(f"SET wal_autocheckpoint = '{REINDEX_CHECKPOINT}'")  # receipts of the next batch are
+        _drop_all(con)                  # verified meanwhile in Python's
         _ensure_schema(con)
         return sync(ledger, con, progress, full=True)
+
+
+REINDEX_CHECKPOINT = "1GB"
+"""The write-ahead log's size at which a rebuild checkpoints the index (:func:`reindex`)."""
 
 
 READER_LOCK_WAIT_S = 2.0
