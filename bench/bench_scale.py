@@ -10,8 +10,9 @@ hand. Then, for each size:
   reference: DuckDB reading the same Parquet files into tables (``read_parquet`` over every receipt's table
   files, one statement per table), ratio = reindex / reference (target <= 3, a ceiling). The time to read
   every file's bytes from Python is printed too.
-- **publish one**: the median of K publishes into the ledger, each with the index sync a `ledger record`
-  does after it (``try_sync``); ratio = large / small (target <= 1.5).
+- **publish one**: the median of K publishes into the ledger, each followed by an index sync (``try_sync``, as
+  importers, `ledger recover` and the SDK's in-process recording do; `ledger record` leaves it to the next reader);
+  ratio = large / small (target <= 1.5).
 - **`ledger ls --limit 20`, `ledger query "SELECT count(*) ..."`, `ledger show ID`**, each a CLI process;
   reference: the same query in a Python process that opens the index read-only with DuckDB directly, plus the
   CLI's own start-up (`ledger --help` minus `python -c pass`); ratio = ours / reference (target <= 2).
