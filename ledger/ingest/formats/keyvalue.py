@@ -23,13 +23,14 @@ import re
 from ledger.ingest.formats.base import BAD, Parsed, number, put
 
 NAME = "key-value"
+_SOURCE_EXT = r"(?:py|pyx|c|cc|cpp|cxx|cu|h|hpp|rs|go|java|scala|js|ts|jl|lua|sh)"
 _PAIR = re.compile(
-    r"(?:^|(?<=[\s|,;\[(]))([A-Za-z][\w./-]*)(\s*[=:]\s*|\s+)([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.]|:\d)"
+    r"(?:^|(?<=[\s|,;\[(]))"
+    r"(?![\w./-]*\." + _SOURCE_EXT + r":\d)"  # not `train.py:212`: where a logging prefix says the line was logged
+    r"([A-Za-z][\w./-]*)(\s*[=:]\s*|\s+)([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?![\w.]|:\d)"
 )
 _STEP_KEYS = frozenset({"step", "iter", "iteration", "global_step", "update", "it"})
 _METRIC_NAMES = frozenset({"lr", "learning_rate", "grad_norm", "ppl", "perplexity"})
-_SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cxx|cu|h|hpp|rs|go|java|scala|js|ts|jl|lua|sh)$", re.I)
-"""A key that names a source file: with ``:`` and a number after it, the file and line of a logging prefix."""
 _EVAL = re.compile(r"^(val|valid|validation|eval|test)[_/](.+)$", re.I)
 _SPLITS = {"val": "val", "valid": "val", "validation": "val", "eval": "eval", "test": "test"}
 
@@ -55,8 +56,6 @@ def parse_line(line: str) -> Parsed | None:
             continue
         if step is not None and not spaced and not sep.strip():
             continue  # `step: 3 loss: 1.2 ... Tue Sep 17`: only pairs written like the step's count
-        if sep.strip() == ":" and _SOURCE_FILE.search(key):
-            continue  # `train.py:212`: where the line was logged, not a metric
         value = number(raw)
         if value is None:
             continue
