@@ -230,9 +230,6 @@ def capture_arguments(command: Sequence[str], cwd: Path, redactor: Redactor) -> 
     return result
 
 
-__all__ = ["Arguments", "capture_arguments", "parse_argv", "read_config", "script_arguments", "stage_arguments"]
-
-
 def stage_arguments(run_dir: Path, command: Sequence[str], cwd: Path, redactor: Redactor) -> None:
     """Write ``arguments.json`` (the launch's configuration, redacted) and the config part of ``capture.json``
     into a live run's staging directory (`ledger record`, before its launch starts)."""
@@ -248,3 +245,6 @@ def stage_arguments(run_dir: Path, command: Sequence[str], cwd: Path, redactor: 
             add_problems(run_dir, [("arguments", f"configuration capture failed: {type(exc).__name__}: {exc}")])
         except OSError:
             pass
+
+
+__all__ = ["Arguments", "capture_arguments", "parse_argv", "read_config", "script_arguments", "stage_arguments"]

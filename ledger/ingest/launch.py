@@ -27,13 +27,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
-
-if TYPE_CHECKING:
-    pass
 from ledger.ingest.formats.pattern import compile_pattern, line_format
 from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at

@@ -50,11 +50,7 @@ from ledger.store.layout import (
 )
 from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
-from ledger.store.staging import (  # the staging side of publishing; re-exported for publish's callers
-    PROBLEMS_FILE,
-    Outcome,
-    staging_lock,
-)
+from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
 from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
 from schemas.tables import EXTRA, TABLES

@@ -12,8 +12,8 @@ from schemas import Summary
 
 
 def _pc() -> Any:
-    """Arrow's compute functions, imported on first use: about 60 ms, which a run that logged no step or
-    telemetry row (and its `ledger record`) does not pay."""
+    """Arrow's compute functions, imported on first use: about 60 ms, which a run that logged no step row and
+    at most one eval (and its `ledger record`) does not pay."""
     import pyarrow.compute as pc
 
     return pc
@@ -33,7 +33,8 @@ def _largest(column: pa.ChunkedArray) -> int | None:
     """The largest value of an integer column, None when it holds none (empty or all null)."""
     if column.null_count == len(column):
         return None
-    return int(np.nanmax(column.to_numpy()))  # nulls come as NaN (a float array), which nanmax skips
+    # with nulls the values come as float64, NaN for null (exact up to 2**53 bytes), which nanmax skips
+    return int(np.nanmax(column.to_numpy()))
 
 
 def _median_after_warmup(column: pa.ChunkedArray) -> float | None:
