@@ -143,7 +143,7 @@ def record(
         parse=parse,
         tensorboard=tensorboard,
         job=JobOptions(key=job_key, node_rank=node_rank, nnodes=nnodes, timeout_s=job_timeout),
-        yield_cpu=True,  # this process ends with the record: its bookkeeping yields to interactive readers
+        process_ends=True,  # its bookkeeping yields to interactive readers, its imports are frozen (wrapper)
         **links,
     )
     result = run_record(ledger, opts)

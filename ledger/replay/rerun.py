@@ -9,7 +9,6 @@ Imported receipts have no launch to rebuild.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -121,10 +120,12 @@ def stack_drift(recorded: Stack, current: Stack) -> Drift:
 
 def current_stack(command: Sequence[str]) -> Stack:
     """The stack of this machine, captured as `ledger record` would."""
+    from ledger.process import launch_environment
     from ledger.record.capture import capture_stack
     from ledger.redact import Redactor
 
-    return capture_stack(Path.cwd(), os.environ, list(command), Redactor(os.environ))
+    env = launch_environment()  # what a launch would see, without the `ledger` process's own settings
+    return capture_stack(Path.cwd(), env, list(command), Redactor(env))
 
 
 @dataclass
