@@ -196,9 +196,10 @@ class _Gpus:
     @classmethod
     def open(cls, indices: Sequence[int] | None) -> _Gpus | None:
         """The GPUs NVML sees (or those of ``indices``); None without nvidia-ml-py or a driver."""
-        try:
-            import pynvml
-        except Exception:
+        from ledger.record.capture.hardware import load_nvml
+
+        pynvml, _ = load_nvml()
+        if pynvml is None:
             return None
         try:
             pynvml.nvmlInit()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -51,13 +52,41 @@ def capture_hardware() -> tuple[Hardware, Drivers]:
     host: dict[str, Any] = {}
     try:
         host = _host()
-        try:
-            import pynvml
-        except Exception:
-            return Hardware(**host, nvml="nvidia-ml-py not installed"), Drivers()
-        return read_nvml(pynvml, host)
+        nvml, why = load_nvml()
+        if nvml is None:
+            return Hardware(**host, nvml=why), Drivers()
+        return read_nvml(nvml, host)
     except Exception as exc:
         return Hardware(**host, error=error_text(exc)), Drivers()
+
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+"""The library pynvml loads on Linux (NVIDIA's driver installs it)."""
+NO_LIBRARY = "nvml unavailable: NVML Shared Library Not Found"
+""":attr:`Hardware.nvml` without that library: pynvml's own words for it (``NVML_ERROR_LIBRARY_NOT_FOUND``)."""
+
+
+def load_nvml() -> tuple[Any | None, str]:
+    """``(pynvml, "")``, or ``(None, why)`` where it cannot work: ``nvidia-ml-py not installed``, or, on Linux,
+    :data:`NO_LIBRARY` when NVML's library does not load. That is looked at before pynvml is imported: the
+    import defines ctypes structures for NVML's whole API (30-50 ms of CPU here, beside the launch), for nothing
+    on a host without NVIDIA's driver (a CPU node, a laptop, CI), where ``nvmlInit`` would fail for that reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("pynvml") is None:
+        return None, "nvidia-ml-py not installed"
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(NVML_LIBRARY)
+        except OSError:
+            return None, NO_LIBRARY
+    try:
+        import pynvml
+    except Exception:
+        return None, "nvidia-ml-py not installed"
+    return pynvml, ""
 
 
 def read_nvml(nvml: Any, host: dict[str, Any] | None = None) -> tuple[Hardware, Drivers]:

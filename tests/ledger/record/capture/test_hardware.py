@@ -250,3 +250,45 @@ def test_cpu_facts_of_this_machine_agree_with_sysfs() -> None:
         assert hardware.cpu_governor is None  # said as "not available", never guessed
     packages = {p.read_text() for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id")}
     assert hardware.cpu_sockets == (len(packages) or None)
+
+
+NVML_PROBE = ("import ctypes, json, sys\n"
+              "from ledger.record.capture.hardware import capture_hardware\n"
+              "try:\n    ctypes.CDLL('libnvidia-ml.so.1'); loads = True\nexcept OSError:\n    loads = False\n"
+              "h, d = capture_hardware()\n"
+              "print(json.dumps([loads, 'pynvml' in sys.modules, h.nvml, h.gpu_count]))")
+
+
+def _nvml_probe(env: dict[str, str]) -> list[Any]:
+    import json
+
+    out = subprocess.run([sys.executable, "-c", NVML_PROBE], check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout)
+
+
+def test_pynvml_is_imported_only_where_nvmls_library_loads() -> None:
+    """Here, NVIDIA's library loads or not (a GPU host or not): pynvml is imported exactly when it does, and
+    without it the record says what pynvml itself says then (the real exception's text, not ours)."""
+    loads, imported, nvml, count = _nvml_probe(child_env())
+    assert imported == loads
+    if not loads:
+        with pytest.raises(pynvml.NVMLError) as exc:
+            pynvml.nvmlInit()
+        assert nvml == f"nvml unavailable: {exc.value}" and count == 0
+
+
+def test_a_library_that_loads_but_is_not_nvml_goes_through_pynvml(tmp_path) -> None:
+    """A file named like NVML's library that is some other library (zlib): it loads, so pynvml is imported and
+    its nvmlInit says what is wrong (no NVML function in it), rather than the skip's "not found"."""
+    import ctypes.util
+
+    zlib = ctypes.util.find_library("z")
+    dirs = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64")
+    found = [os.path.join(d, zlib) for d in dirs if zlib and os.path.exists(os.path.join(d, zlib))]
+    assert found, "zlib's shared library not found"
+    os.symlink(found[0], tmp_path / "libnvidia-ml.so.1")
+    env = child_env(LD_LIBRARY_PATH=f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    loads, imported, nvml, count = _nvml_probe(env)
+    assert loads and imported and count == 0
+    assert nvml == f"nvml unavailable: {pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)}"
