@@ -6,9 +6,10 @@ Every command takes ``--ledger DIR`` (default ``./receipts`` or ``$LEDGER_DIR``)
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -331,6 +332,13 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
+QUICK_EXIT = frozenset({"ls", "show", "query"})
+"""Read-only commands whose process ends without Python's finalization (:func:`_exit_now`). At exit Python
+collects every object still alive (DuckDB's, pydantic's schemas, rich's) before freeing them: 40-90 ms of a
+`ledger show` or `ls` measured here, a sixth of the command. These commands have closed their index connection
+and written nothing else by then; their output is flushed first."""
+
+
 def main() -> None:
     """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
     from ledger.process import configure
@@ -339,7 +347,35 @@ def main() -> None:
     command = _command(sys.argv[1:])
     if command is None or command in PANDAS_FREE:
         _keep_pandas_out()
-    cli(prog_name="ledger")
+    if command not in QUICK_EXIT:
+        cli(prog_name="ledger")
+        return
+    try:
+        cli(prog_name="ledger")  # click's standalone mode ends every command with SystemExit
+    except SystemExit as exc:
+        _exit_now(exc.code)
+
+
+def _exit_now(code: object) -> NoReturn:
+    """End the process as ``SystemExit(code)`` would (a string is printed on stderr and exits 1), after
+    flushing stdout and stderr, without finalizing the interpreter (``os._exit``): no collection, no atexit
+    handlers. Output that cannot be written (a closed pipe: ``ledger ls | head``) exits 120, as Python does."""
+    import os
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        status = 1
+        with contextlib.suppress(Exception):
+            print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = status or 120
+    os._exit(status)
 
 
 __all__ = ["QueryRefused", "cli", "main"]
