@@ -27,6 +27,7 @@ import os
 import pickle
 import select
 import signal
+from collections.abc import Callable
 
 from ledger.ingest.formats.scan import LineCapture, Rows
 from ledger.store.faults import fault
@@ -79,6 +80,10 @@ class LiveParser:
         self.result: Result | None = None
         self.note: str | None = None
         """Why the worker was not used, when it was not (for the receipt's problems)."""
+        self.backlog: Callable[[], int] | None = None
+        """Output already waiting to be fed (the tee's :meth:`ledger.record.tee.Tee.backlog`): when it takes the
+        output past ``spawn_bytes``, the worker takes over at once rather than after this process parsed the
+        first ``spawn_bytes`` (a launch that printed much while the wrapper was still starting)."""
 
     @property
     def in_worker(self) -> bool:
@@ -87,13 +92,19 @@ class LiveParser:
     def feed(self, data: bytes) -> None:
         """A batch of whole lines, as the log gets it."""
         self.fed += len(data)
+        if self.worker is None and self.note is None and self.fed + self._waiting() > self.spawn_bytes:
+            self._hand_over()  # past what this process parses (or about to be: output waiting): the worker's
         if self.worker is not None:
             self._send(data)
             return
         assert self.capture is not None
         self.capture.feed(data)
-        if self.fed > self.spawn_bytes and self.note is None:
-            self._hand_over()
+
+    def _waiting(self) -> int:
+        try:
+            return self.backlog() if self.backlog is not None else 0
+        except Exception:  # a tee that cannot say: parse here first, as for a small output
+            return 0
 
     def _hand_over(self) -> None:
         import pyarrow.compute  # noqa: F401  # what the fork's parsing needs, imported here: the fork imports

@@ -39,6 +39,8 @@ BLOCK_MIN = 1 << 16
 """Blocks of complete lines larger than this are read by templates as columns; smaller ones line by line."""
 _WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter", b"'eval_")
 """A line is offered to the formats only when it holds one of these (every format's step lines do)."""
+_HINT_PATTERN = "|".join(re.escape(w.decode()) for w in _WORDS)
+"""The hint words as one pattern (RE2 syntax)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
 
 
@@ -47,7 +49,7 @@ def _hints() -> Any:
     """The hint words as one RE2 pattern (one scan of a block finds the lines holding any of them)."""
     import re2
 
-    return re2.compile(b"|".join(re.escape(w) for w in _WORDS))
+    return re2.compile(_HINT_PATTERN.encode())
 
 
 Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
@@ -319,7 +321,8 @@ class LineCapture:
     def _lines(self, data: bytes, size: int) -> None:
         """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a
         time, as columns (:meth:`_blocks`); of the others, only those holding a hint word are looked at (found
-        by ``bytes.find`` over the whole block, so the other lines cost nothing)."""
+        by one RE2 scan of the block or, in a block read as columns, of its other lines: the other lines cost
+        no Python work)."""
         for _ in range(4):  # no template ready yet: the first lines one by one, then the rest as columns
             if size <= BLOCK_MIN or not self.templates.enabled or self.templates.for_blocks():
                 break
@@ -328,9 +331,9 @@ class LineCapture:
                 break
             self._scan(data, cut)
             data, size = data[cut:size], size - cut
-        if size > BLOCK_MIN:
-            data = self._blocks(data[:size] if size < len(data) else data, self.lines)
-            size = len(data)
+        if size > BLOCK_MIN and self.templates.for_blocks():
+            self._blocks(data[:size] if size < len(data) else data)
+            return
         self._scan(data, size)
 
     def _scan(self, data: bytes, size: int) -> None:
@@ -364,23 +367,27 @@ class LineCapture:
             self._line(data, start, end, base + 1)
         self.lines = base + count(b"\n", counted, size)
 
-    def _blocks(self, block: bytes, first: int) -> bytes:
-        """Read the lines of ``block`` (complete lines; the first is line ``first + 1``) that have a checked
-        template's shape, as columns (:mod:`.columns`), the most used template first; returns the block with
-        those lines emptied (newlines kept). A template is checked against its format's parser on every
-        line :func:`.template.checked` names: one disagreement drops it, from that line on."""
+    def _blocks(self, data: bytes) -> None:
+        """Read the complete lines of ``data`` (the first is line ``self.lines + 1``): those that have a checked
+        template's shape as columns (:mod:`.columns`), the most used template first; then, of the lines left,
+        those holding a hint word (all with ``hint=False``) one by one. A template is checked against its
+        format's parser on every line :func:`.template.checked` names: one disagreement drops it, from that
+        line on."""
+        first = self.lines
+        block = columns.Block.of(data)
+        unread: npt.NDArray[np.bool_] | None = None  # None: every line of the block
         for template in self.templates.for_blocks():
             shape = template.shape()
             if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line
-                text = block.decode("utf-8", "replace")
-                rest, read = template.read_block(text, partial(self.templates.parse, template.format))
+                text = block.emptied(unread).decode("utf-8", "replace")
+                _, read = template.read_block(text, partial(self.templates.parse, template.format))
                 if read:
                     rows = self.rows[template.format]
                     for index, parsed in read:
                         rows.add(parsed, first + index + 1)
-                    block = rest.encode("utf-8")
+                    unread = block.mark_read(unread, np.fromiter((i for i, _ in read), np.int64, len(read)))
                 continue
-            got = columns.read(shape, block)
+            got = columns.read(shape, block, unread)
             if got is None:  # a number that does not parse: this block line by line (a third time: always)
                 template.failures += 1
                 if template.failures >= 3:
@@ -392,8 +399,7 @@ class LineCapture:
             template.uses += len(got.lines)
             checked = -1
             for j in checks(uses, len(got.lines)):
-                start, end = int(got.offsets[got.lines[j]]), int(got.offsets[got.lines[j] + 1]) - 1
-                line = block[start:end].decode("utf-8", "replace")
+                line = block.line(int(got.lines[j])).decode("utf-8", "replace")
                 parsed = Parsed(step=int(got.steps[j]), metrics={k: float(v[j]) for k, v in got.values.items()})
                 if not agrees(parsed, self.templates.parse(template.format, line)):
                     template.dead = True
@@ -401,11 +407,17 @@ class LineCapture:
                     got = got.head(checked + 1)  # the lines since the last agreeing check go to the parsers
                     break
                 checked = j
-            self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
-            block = got.rest
+            if len(got.lines):
+                self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
+                unread = block.mark_read(unread, got.lines)
             if template.dead:
                 break
-        return block
+        others = block.hinted(_HINT_PATTERN, unread) if self.hint else block.left(unread)
+        data = block.data
+        offsets = block.offsets
+        for i in others.tolist():
+            self._line(data, int(offsets[i]), int(offsets[i + 1]) - 1, first + i + 1)
+        self.lines = first + block.count
 
     def _line(self, data: bytes, start: int, end: int, lineno: int) -> None:
         if end - start > MAX_LINE:

@@ -38,13 +38,19 @@ def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
     here.close()
     small = LiveParser(None, spawn_bytes=len(data) + 1)  # never hands over
     large = LiveParser(None, spawn_bytes=20_000)  # hands over after the first 20 kB
+    ahead = LiveParser(None, spawn_bytes=20_000)  # more than 20 kB waiting already: hands over at once
+    ahead.backlog = lambda: len(data) - ahead.fed
+    ahead.feed(data[:4096])
+    assert ahead.in_worker and ahead.capture is None  # this process parsed nothing
+    _feed(ahead, data[4096:])
+    ahead.close()
     for parser in (small, large):
         _feed(parser, data)
         parser.close()
     assert not small.in_worker and large.in_worker
     ours = here.best()
     assert ours is not None and ours.name == "key-value" and ours.step_count() == 3000
-    for parser in (small, large):
+    for parser in (small, large, ahead):
         theirs = parser.best()
         assert theirs is not None and theirs.name == "key-value"
         assert theirs.tables()["steps"].equals(ours.tables()["steps"])
