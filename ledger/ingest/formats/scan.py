@@ -280,6 +280,8 @@ class LineCapture:
         self._queued = 0
         self._last: str | None = None
         self.templates = Templates(self.formats, enabled=fast)
+        self._spread = True
+        """Whether most lines of the last block read as columns had no template's shape."""
 
     def feed(self, data: bytes) -> None:
         """A chunk of output (any size, lines may span chunks). Small chunks are gathered up to
@@ -376,6 +378,9 @@ class LineCapture:
         first = self.lines
         block = columns.Block.of(data)
         unread: npt.NDArray[np.bool_] | None = None  # None: every line of the block
+        # Most lines of the last block had no template's shape: look for hint words in every line on another
+        # core (Arrow leaves the interpreter lock) while the templates read theirs, rather than after.
+        early = _Hints(block) if self.hint and self._spread else None
         for template in self.templates.for_blocks():
             shape = template.shape()
             if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line
@@ -412,7 +417,11 @@ class LineCapture:
                 unread = block.mark_read(unread, got.lines)
             if template.dead:
                 break
-        others = block.hinted(_HINT_PATTERN, unread) if self.hint else block.left(unread)
+        if early is not None:
+            others = early.lines(unread)
+        else:
+            others = block.hinted(_HINT_PATTERN, unread) if self.hint else block.left(unread)
+        self._spread = unread is None or 2 * int(np.count_nonzero(unread)) > block.count
         data = block.data
         offsets = block.offsets
         for i in others.tolist():
@@ -481,6 +490,35 @@ class LineCapture:
         """Formats that also matched some lines but were not chosen."""
         best = self.best()
         return [r for r in self.rows.values() if (r.step_count() or r.evals) and r is not best]
+
+
+class _Hints:
+    """The lines of a block that hold a hint word, looked for in a thread of their own (one Arrow RE2 pass over
+    every line, which leaves the interpreter lock)."""
+
+    def __init__(self, block: columns.Block) -> None:
+        import threading
+
+        self.block = block
+        self.found: npt.NDArray[np.bool_] | None = None
+        self.thread = threading.Thread(target=self._run, name="ledger-hints", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import pyarrow.compute as pc
+
+        try:
+            self.found = pc.match_substring_regex(self.block.lines, _HINT_PATTERN).to_numpy(zero_copy_only=False)
+        except Exception:  # looked for again in this thread: :meth:`lines`
+            self.found = None
+
+    def lines(self, unread: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+        """Indexes of the ``unread`` lines (None: all) that hold a hint word."""
+        self.thread.join()
+        if self.found is None:
+            return self.block.hinted(_HINT_PATTERN, unread)
+        hit: npt.NDArray[np.int64] = np.flatnonzero(self.found if unread is None else self.found & unread)
+        return hit
 
 
 def rows_of(name: str, parsed: Iterable[Parsed]) -> Rows:
