@@ -85,6 +85,14 @@ class LiveParser:
         output past ``spawn_bytes``, the worker takes over at once rather than after this process parsed the
         first ``spawn_bytes`` (a launch that printed much while the wrapper was still starting)."""
 
+    def watch(self, backlog: Callable[[], int]) -> None:
+        """Take :attr:`backlog` from the tee; when more than ``spawn_bytes`` is waiting already (a launch that
+        printed much while the wrapper was starting), start the worker now, before the wrapper's next imports
+        compete with it for the interpreter lock."""
+        self.backlog = backlog
+        if self.worker is None and self.note is None and self._waiting() > self.spawn_bytes:
+            self._hand_over()
+
     @property
     def in_worker(self) -> bool:
         return self.worker is not None

@@ -39,10 +39,17 @@ def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
     small = LiveParser(None, spawn_bytes=len(data) + 1)  # never hands over
     large = LiveParser(None, spawn_bytes=20_000)  # hands over after the first 20 kB
     ahead = LiveParser(None, spawn_bytes=20_000)  # more than 20 kB waiting already: hands over at once
-    ahead.backlog = lambda: len(data) - ahead.fed
-    ahead.feed(data[:4096])
-    assert ahead.in_worker and ahead.capture is None  # this process parsed nothing
-    _feed(ahead, data[4096:])
+    ahead.watch(lambda: len(data) - ahead.fed)
+    assert ahead.in_worker and ahead.capture is None  # this process parses nothing
+    soon = LiveParser(None, spawn_bytes=20_000)  # 10 kB waiting: parses here until 20 kB are fed or waiting
+    soon.watch(lambda: min(10_000, len(data) - soon.fed))
+    soon.feed(data[:8192])
+    assert not soon.in_worker
+    soon.feed(data[8192:12_288])  # 12 kB fed and 10 kB waiting: the rest goes to the worker
+    assert soon.in_worker
+    _feed(soon, data[12_288:])
+    soon.close()
+    _feed(ahead, data)
     ahead.close()
     for parser in (small, large):
         _feed(parser, data)
@@ -50,7 +57,7 @@ def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
     assert not small.in_worker and large.in_worker
     ours = here.best()
     assert ours is not None and ours.name == "key-value" and ours.step_count() == 3000
-    for parser in (small, large, ahead):
+    for parser in (small, large, ahead, soon):
         theirs = parser.best()
         assert theirs is not None and theirs.name == "key-value"
         assert theirs.tables()["steps"].equals(ours.tables()["steps"])
