@@ -210,29 +210,40 @@ def line_ends(data: bytes) -> npt.NDArray[np.int64]:
     return np.flatnonzero(np.frombuffer(data, np.uint8) == _NL)
 
 
-def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None) -> Read | None:
+def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None, *,
+         ahead: bool = False) -> Read | None:
     """Read the lines of ``block`` (only the ``unread`` ones when given) that have ``shape``. None when a number
-    of such a line does not parse (the caller then reads the block line by line)."""
+    of such a line does not parse (the caller then reads the block line by line).
+
+    ``ahead``: the whole block is likely of this shape (the last one was): its values are read in another
+    thread while the pattern is matched (Arrow leaves the interpreter lock), and kept when every line matched
+    (the same call on the same bytes as after the match); otherwise dropped."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    whole = np.frombuffer(block.data, np.uint8)
+    early = _Early(whole, shape) if ahead and unread is None and shape.tokens is not None else None
     nothing = Read(np.empty(0, np.int64), np.empty(0, np.int64), {})
     try:
         matched = pc.match_substring_regex(block.lines, shape.pattern).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a pattern RE2 refuses
         return None
+    finally:
+        got = early.result() if early is not None else None
     if unread is not None:
         matched &= unread
     index = np.flatnonzero(matched)
     if not len(index):
         return nothing
     if len(index) == block.count:
-        text = np.frombuffer(block.data, np.uint8)
+        text = whole
     else:  # the matched lines' bytes, gathered by Arrow
+        got = None
         chosen = block.lines.filter(pa.array(matched))
         offsets = np.frombuffer(chosen.buffers()[1], np.int64, len(chosen) + 1, chosen.offset * 8)
         text = np.frombuffer(chosen.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0]))
-    got = _words(text, shape) if shape.tokens is not None else None
+    if got is None and shape.tokens is not None:
+        got = _words(text, shape)
     if got is None:
         got = _numbers(text, len(index), shape)
     if got is None:
@@ -242,6 +253,29 @@ def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None
     if not len(index):
         return nothing
     return Read(index, steps, values)
+
+
+class _Early:
+    """:func:`_words` of a whole block, in a thread of its own."""
+
+    def __init__(self, text: npt.NDArray[np.uint8], shape: Shape) -> None:
+        import threading
+
+        self.text, self.shape = text, shape
+        self.got: Any = None
+        self.thread = threading.Thread(target=self._run, name="ledger-columns", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.got = _words(self.text, self.shape)
+        except Exception:  # read again after the match, in the caller's thread
+            self.got = None
+
+    def result(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], dict[str, npt.NDArray[np.float64]]] | None:
+        self.thread.join()
+        got: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], dict[str, npt.NDArray[np.float64]]] | None = self.got
+        return got
 
 
 def runs(text: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

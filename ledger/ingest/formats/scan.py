@@ -392,7 +392,7 @@ class LineCapture:
                         rows.add(parsed, first + index + 1)
                     unread = block.mark_read(unread, np.fromiter((i for i, _ in read), np.int64, len(read)))
                 continue
-            got = columns.read(shape, block, unread)
+            got = columns.read(shape, block, unread, ahead=not self._spread)
             if got is None:  # a number that does not parse: this block line by line (a third time: always)
                 template.failures += 1
                 if template.failures >= 3:
