@@ -52,7 +52,7 @@ class Result:
     """What a ``LineCapture`` found, as the worker sends it back: its formats' rows and line counts."""
 
     def __init__(self, capture: LineCapture) -> None:
-        self.rows: dict[str, Rows] = {name: rows for name, rows in capture.rows.items()
+        self.rows: dict[str, Rows] = {name: rows.frozen() for name, rows in capture.rows.items()
                                       if rows.step_count() or rows.evals or rows.unparsed}
         self.long_lines = capture.long_lines
         self.lines = capture.lines
@@ -134,6 +134,8 @@ class LiveParser:
         os.close(result_w)
         with contextlib.suppress(OSError):
             fcntl.fcntl(data_w, _F_SETPIPE_SZ, PIPE_BYTES)
+        with contextlib.suppress(OSError):  # the result (megabytes for a long run) in fewer round trips
+            fcntl.fcntl(result_r, _F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(data_w, False)
         self.worker = _Worker(pid, data_w, result_r)
         self.capture = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -187,8 +187,15 @@ class Rows:
         self._merged = Merged(distinct, values)
         return self._merged
 
+    def frozen(self) -> Rows:
+        """These rows as :meth:`merged` has them, without the columns and lines they were merged from (what the
+        output's parser process sends back: about half the bytes). Nothing may be added to them."""
+        return replace(self, _chunks=[], _slow={}, _pending=0, _merged=self.merged())
+
     def step_count(self) -> int:
         """Distinct steps."""
+        if self._merged is not None:
+            return len(self._merged.steps)
         if not self._chunks:
             return len(self._slow)
         return len(self.merged().steps)
