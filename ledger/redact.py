@@ -398,6 +398,19 @@ _PEM_MARKS = tuple(start.encode() for start in _PEM_STARTS)
 """Where a PEM block may start (:data:`_PEM` is case-sensitive)."""
 
 
+def _pem_mark(data: bytes) -> bool:
+    """Whether ``data`` holds one of :data:`_PEM_MARKS`: one RE2 scan for both (a literal search, several times
+    faster than Python's ``in`` over a long text)."""
+    return _pem_marks().search(data) is not None
+
+
+@functools.cache
+def _pem_marks() -> Any:
+    import re2
+
+    return re2.compile(b"|".join(re.escape(mark) for mark in _PEM_MARKS))
+
+
 def _hot_pattern() -> Any:
     """One RE2 pattern (bytes, Latin-1) matching each whole line where a hot rule (:func:`_long_rules`) may match:
     a guard of a line rule (lower-case guards in any case; ``token`` not as in ``tokens``, ``tokenizer``:
@@ -533,7 +546,7 @@ class Redactor:
         for value in self._ordered_bytes:
             if value in data:
                 data = data.replace(value, _REDACTED_BYTES)
-        if any(mark in data for mark in _PEM_MARKS):
+        if _pem_mark(data):
             data = _PEM.sub(REDACTED, data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
         anywhere, hot_rules, hot_lines = _long_rules()
         if anywhere:
@@ -626,7 +639,7 @@ class StreamRedactor:
 
     def feed_bytes(self, batch: bytes) -> bytes:
         """:meth:`feed` of UTF-8 bytes (what the tee hands over); invalid sequences become U+FFFD."""
-        if self.open or any(mark in batch for mark in _PEM_MARKS):
+        if self.open or _pem_mark(batch):
             return self.feed(batch.decode("utf-8", "replace")).encode("utf-8", "surrogatepass")
         return self.redactor.text_bytes(batch)
 

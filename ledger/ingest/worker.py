@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import pickle
 import select
 import signal
+from collections.abc import Callable
 
 from ledger.ingest.formats.scan import LineCapture, Rows
 from ledger.store.faults import fault
@@ -51,10 +53,12 @@ class Result:
     """What a ``LineCapture`` found, as the worker sends it back: its formats' rows and line counts."""
 
     def __init__(self, capture: LineCapture) -> None:
-        self.rows: dict[str, Rows] = {name: rows for name, rows in capture.rows.items()
+        self.rows: dict[str, Rows] = {name: rows.frozen() for name, rows in capture.rows.items()
                                       if rows.step_count() or rows.evals or rows.unparsed}
         self.long_lines = capture.long_lines
         self.lines = capture.lines
+        self.collector = gc.isenabled()
+        """Whether the worker parsed with Python's garbage collector on (it turns it on: see :func:`_serve`)."""
 
     def best(self) -> Rows | None:
         """The format that gave the most steps (then evals), as :meth:`LineCapture.best`."""
@@ -79,6 +83,18 @@ class LiveParser:
         self.result: Result | None = None
         self.note: str | None = None
         """Why the worker was not used, when it was not (for the receipt's problems)."""
+        self.backlog: Callable[[], int] | None = None
+        """Output already waiting to be fed (the tee's :meth:`ledger.record.tee.Tee.backlog`): when it takes the
+        output past ``spawn_bytes``, the worker takes over at once rather than after this process parsed the
+        first ``spawn_bytes`` (a launch that printed much while the wrapper was still starting)."""
+
+    def watch(self, backlog: Callable[[], int]) -> None:
+        """Take :attr:`backlog` from the tee; when more than ``spawn_bytes`` is waiting already (a launch that
+        printed much while the wrapper was starting), start the worker now, before the wrapper's next imports
+        compete with it for the interpreter lock."""
+        self.backlog = backlog
+        if self.worker is None and self.note is None and self._waiting() > self.spawn_bytes:
+            self._hand_over()
 
     @property
     def in_worker(self) -> bool:
@@ -87,13 +103,19 @@ class LiveParser:
     def feed(self, data: bytes) -> None:
         """A batch of whole lines, as the log gets it."""
         self.fed += len(data)
+        if self.worker is None and self.note is None and self.fed + self._waiting() > self.spawn_bytes:
+            self._hand_over()  # past what this process parses (or about to be: output waiting): the worker's
         if self.worker is not None:
             self._send(data)
             return
         assert self.capture is not None
         self.capture.feed(data)
-        if self.fed > self.spawn_bytes and self.note is None:
-            self._hand_over()
+
+    def _waiting(self) -> int:
+        try:
+            return self.backlog() if self.backlog is not None else 0
+        except Exception:  # a tee that cannot say: parse here first, as for a small output
+            return 0
 
     def _hand_over(self) -> None:
         import pyarrow.compute  # noqa: F401  # what the fork's parsing needs, imported here: the fork imports
@@ -115,6 +137,8 @@ class LiveParser:
         os.close(result_w)
         with contextlib.suppress(OSError):
             fcntl.fcntl(data_w, _F_SETPIPE_SZ, PIPE_BYTES)
+        with contextlib.suppress(OSError):  # the result (megabytes for a long run) in fewer round trips
+            fcntl.fcntl(result_r, _F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(data_w, False)
         self.worker = _Worker(pid, data_w, result_r)
         self.capture = None
@@ -232,6 +256,10 @@ def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
         _close_others((data_r, result_w))
         with contextlib.suppress(OSError):
             os.nice(NICE)
+        # What it inherited stays until it exits (os._exit): out of the collector's reach. The collector on: the
+        # wrapper may have forked it while its own was off, during its imports (record.wrapper).
+        gc.freeze()
+        gc.enable()
         while True:
             chunk = os.read(data_r, PIPE_BYTES)
             if not chunk:

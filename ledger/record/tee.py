@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 CHUNK = 1 << 20
 """Bytes per read of a pipe."""
@@ -114,7 +114,15 @@ class Tee:
         """``redact``: applied to each batch of whole lines (a :class:`ledger.redact.StreamRedactor`'s
         ``feed_bytes``); ``outputs``: the terminal's stdout and stderr; ``consumer``: see
         :data:`LineConsumer`."""
+        import hashlib
+
         self.log = open(log_path, "ab")
+        self.log_path = log_path
+        self.digest: Any = hashlib.sha256() if self.log.tell() == 0 else None
+        """The log's sha256 as written (a log that had bytes before this tee has none): kept beside it for
+        publishing (:data:`ledger.store.layout.LOG_DIGEST_FILE`), which then need not read it again."""
+        self.logged = 0
+        """Bytes written to the log by this tee."""
         self.redact = redact
         self.outputs = outputs
         self.consumer = consumer
@@ -158,6 +166,11 @@ class Tee:
         """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer``."""
         self.consumer = consumer
         self.writer.start()
+
+    def backlog(self) -> int:
+        """Bytes of output read from the pipes and not yet taken by the writer."""
+        with self.spool.cond:
+            return self.spool.tail - self.spool.head
 
     def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
         fd = stream.fileno()
@@ -228,8 +241,13 @@ class Tee:
             self.log.write(text)
         except OSError as exc:  # a full disk must never stall the child's output
             self.error = f"output.log: writing stopped: {exc.strerror or exc}"
+            self.digest = None
             with contextlib.suppress(OSError):
                 self.log.close()
+            return
+        if self.digest is not None:
+            self.digest.update(text)  # (hashlib leaves the interpreter lock to the pumps meanwhile)
+            self.logged += len(text)
 
     def finish(self, pgid: int, drain_s: float = DRAIN_S) -> list[str]:
         """After the child exited: give the pumps ``drain_s`` seconds to reach end of file; terminate what
@@ -255,6 +273,8 @@ class Tee:
         try:
             if not self.log.closed:
                 self.log.close()
+                with contextlib.suppress(OSError):  # only saves publishing a read of the log
+                    self._keep_digest()
         except OSError as exc:
             self.error = self.error or f"output.log: {exc.strerror or exc}"
         self.spool.file.close()
@@ -262,6 +282,19 @@ class Tee:
         if self.error:
             notes.append(self.error)
         return notes
+
+
+    def _keep_digest(self) -> None:
+        """Write the log's digest, size and modification time beside it (after the log was closed whole)."""
+        import json
+
+        from ledger.store.layout import LOG_DIGEST_FILE
+
+        if self.digest is None or self.error:
+            return
+        st = self.log_path.stat()  # a log that another process wrote to has another size: read at publishing
+        facts = {"sha256": self.digest.hexdigest(), "bytes": self.logged, "mtime_ns": st.st_mtime_ns}
+        self.log_path.with_name(LOG_DIGEST_FILE).write_text(json.dumps(facts))
 
 
 def _emit(out: IO[bytes], out_fd: int | None, chunk: bytes) -> None:

@@ -219,6 +219,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         from ledger.ingest import launch
 
         live = launch.live_parser(opts.parse)  # the output's metric lines, parsed as the log is written
+        live.watch(tee.backlog)  # much output already waiting: parsed in the worker from the start
         tee.start_writer(live.feed)
         _load_publishing()
     fault("running")

@@ -11,6 +11,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
@@ -31,6 +32,36 @@ def sha256_file(path: os.PathLike[str] | str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def recorded_sha256(path: Path, record: Path) -> str | None:
+    """The sha256 of the file at ``path`` as whoever wrote it recorded it in ``record`` (JSON: ``sha256``,
+    ``bytes``, ``mtime_ns``: the output tee, :data:`ledger.store.layout.LOG_DIGEST_FILE`), when the file still
+    has that size and modification time; None otherwise (the caller reads the file)."""
+    import json
+
+    try:
+        facts = json.loads(record.read_bytes())
+        st = path.stat()
+        digest = facts["sha256"]
+        if (facts["bytes"] == st.st_size and facts["mtime_ns"] == st.st_mtime_ns and isinstance(digest, str)
+                and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            return digest
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    return None
+
+
+def place(source: Path, target: Path) -> Path:
+    """``source``'s bytes at ``target``: a hard link (no copy; the staging directory's name goes when it is
+    removed) or, where the file system refuses one, a copy."""
+    import shutil
+
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+    return target
 
 
 @dataclass(frozen=True)

@@ -316,9 +316,13 @@ def build(
                                   bytes=path.stat().st_size, rows=table.num_rows))
     log = run_dir / LOG_FILE
     if log.exists():
-        copied = Path(shutil.copyfile(log, tmp / LOG_FILE))
+        from ledger.store.integrity import place, recorded_sha256
+        from ledger.store.layout import LOG_DIGEST_FILE
+
+        recorded = recorded_sha256(log, run_dir / LOG_DIGEST_FILE)  # as the output tee wrote it, when it did
+        copied = place(log, tmp / LOG_FILE)
         artifacts.append(
-            Artifact(path=LOG_FILE, kind="log", sha256=sha256_file(copied), bytes=copied.stat().st_size)
+            Artifact(path=LOG_FILE, kind="log", sha256=recorded or sha256_file(copied), bytes=copied.stat().st_size)
         )
     for _, directory in rank_dirs(run_dir):
         errors = directory / "sdk_errors.log"

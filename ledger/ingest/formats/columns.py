@@ -131,6 +131,66 @@ def _word_places(source: str, spans: tuple[tuple[int, int], ...], used: list[int
 
 
 @dataclass
+class Block:
+    """A block of complete lines (each ending with a newline) as the readers share it: where each line starts,
+    and the lines as an Arrow binary array over the block's own bytes (no copy)."""
+
+    data: bytes
+    offsets: npt.NDArray[np.int64]
+    """Where each line starts and, last, the block's length."""
+    lines: Any
+    """``pyarrow.LargeBinaryArray`` of the lines, newlines included."""
+
+    @classmethod
+    def of(cls, data: bytes) -> Block:
+        import pyarrow as pa
+
+        ends = line_ends(data)
+        offsets = np.empty(len(ends) + 1, np.int64)
+        offsets[0] = 0
+        offsets[1:] = ends + 1
+        lines = pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        return cls(data, offsets, lines)
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+    def line(self, i: int) -> bytes:
+        """Line ``i`` without its newline."""
+        return self.data[int(self.offsets[i]):int(self.offsets[i + 1]) - 1]
+
+    def mark_read(self, unread: npt.NDArray[np.bool_] | None, read: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """``unread`` (None: every line) without the lines at ``read``."""
+        out = np.ones(self.count, bool) if unread is None else unread
+        out[read] = False
+        return out
+
+    def left(self, unread: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+        """Indexes of the unread lines."""
+        return np.arange(self.count) if unread is None else np.flatnonzero(unread)
+
+    def hinted(self, pattern: str, unread: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+        """Indexes of the unread lines in which RE2 ``pattern`` matches (one pass over those lines, in C++)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        index = self.left(unread)
+        if not len(index):
+            return index
+        lines = self.lines if unread is None else self.lines.filter(pa.array(unread))
+        found = pc.match_substring_regex(lines, pattern).to_numpy(zero_copy_only=False)
+        hit: npt.NDArray[np.int64] = index[found]
+        return hit
+
+    def emptied(self, unread: npt.NDArray[np.bool_] | None) -> bytes:
+        """The block with the lines already read emptied (their newlines kept, so line numbers still count)."""
+        if unread is None:
+            return self.data
+        return _empty_lines(self.data, self.offsets, np.flatnonzero(~unread))
+
+
+@dataclass
 class Read:
     """What :func:`read` found in a block."""
 
@@ -139,17 +199,10 @@ class Read:
     steps: npt.NDArray[np.int64]
     values: dict[str, npt.NDArray[np.float64]]
     """Each metric's values, aligned with ``lines``."""
-    rest: bytes
-    """The block with the lines read emptied (their newlines kept, so line numbers still count)."""
-    block: bytes
-    offsets: npt.NDArray[np.int64]
-    """Where each line of the block starts (and, last, the block's length)."""
 
     def head(self, n: int) -> Read:
-        """Only the first ``n`` lines read (the others left in ``rest``)."""
-        lines = self.lines[:n]
-        rest = _empty_lines(self.block, self.offsets, lines) if n else self.block
-        return Read(lines, self.steps[:n], {k: v[:n] for k, v in self.values.items()}, rest, self.block, self.offsets)
+        """Only the first ``n`` lines read."""
+        return Read(self.lines[:n], self.steps[:n], {k: v[:n] for k, v in self.values.items()})
 
 
 def line_ends(data: bytes) -> npt.NDArray[np.int64]:
@@ -157,34 +210,40 @@ def line_ends(data: bytes) -> npt.NDArray[np.int64]:
     return np.flatnonzero(np.frombuffer(data, np.uint8) == _NL)
 
 
-def read(shape: Shape, data: bytes) -> Read | None:
-    """Read the lines of ``data`` (complete lines, each ending with a newline) that have ``shape``. None when
-    a number of such a line does not parse (the caller then reads the block line by line)."""
+def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None, *,
+         ahead: bool = False) -> Read | None:
+    """Read the lines of ``block`` (only the ``unread`` ones when given) that have ``shape``. None when a number
+    of such a line does not parse (the caller then reads the block line by line).
+
+    ``ahead``: the whole block is likely of this shape (the last one was): its values are read in another
+    thread while the pattern is matched (Arrow leaves the interpreter lock), and kept when every line matched
+    (the same call on the same bytes as after the match); otherwise dropped."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    ends = line_ends(data)
-    n = len(ends)
-    offsets = np.empty(n + 1, np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends + 1
-    nothing = Read(np.empty(0, np.int64), np.empty(0, np.int64), {}, data, data, offsets)
-    lines = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    arr = np.frombuffer(data, np.uint8)
+    whole = np.frombuffer(block.data, np.uint8)
+    early = _Early(whole, shape) if ahead and unread is None and shape.tokens is not None else None
+    nothing = Read(np.empty(0, np.int64), np.empty(0, np.int64), {})
     try:
-        matched = pc.match_substring_regex(lines, shape.pattern).to_numpy(zero_copy_only=False)
+        matched = pc.match_substring_regex(block.lines, shape.pattern).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a pattern RE2 refuses
         return None
+    finally:
+        got = early.result() if early is not None else None
+    if unread is not None:
+        matched &= unread
     index = np.flatnonzero(matched)
     if not len(index):
         return nothing
-    if len(index) == n:
-        text = arr
-    else:
-        keep = np.zeros(n, bool)
-        keep[index] = True
-        text = arr[np.repeat(keep, np.diff(offsets))]
-    got = _words(text, shape) if shape.tokens is not None else None
+    if len(index) == block.count:
+        text = whole
+    else:  # the matched lines' bytes, gathered by Arrow
+        got = None
+        chosen = block.lines.filter(pa.array(matched))
+        offsets = np.frombuffer(chosen.buffers()[1], np.int64, len(chosen) + 1, chosen.offset * 8)
+        text = np.frombuffer(chosen.buffers()[2], np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0]))
+    if got is None and shape.tokens is not None:
+        got = _words(text, shape)
     if got is None:
         got = _numbers(text, len(index), shape)
     if got is None:
@@ -193,7 +252,30 @@ def read(shape: Shape, data: bytes) -> Read | None:
     index = index[good]
     if not len(index):
         return nothing
-    return Read(index, steps, values, _empty_lines(data, offsets, index), data, offsets)
+    return Read(index, steps, values)
+
+
+class _Early:
+    """:func:`_words` of a whole block, in a thread of its own."""
+
+    def __init__(self, text: npt.NDArray[np.uint8], shape: Shape) -> None:
+        import threading
+
+        self.text, self.shape = text, shape
+        self.got: Any = None
+        self.thread = threading.Thread(target=self._run, name="ledger-columns", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.got = _words(self.text, self.shape)
+        except Exception:  # read again after the match, in the caller's thread
+            self.got = None
+
+    def result(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], dict[str, npt.NDArray[np.float64]]] | None:
+        self.thread.join()
+        got: tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], dict[str, npt.NDArray[np.float64]]] | None = self.got
+        return got
 
 
 def runs(text: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -363,4 +445,4 @@ def _empty_lines(data: bytes, offsets: npt.NDArray[np.int64], index: npt.NDArray
     return bytes(np.frombuffer(data, np.uint8)[keep].tobytes())
 
 
-__all__ = ["NUM", "Read", "Shape", "line_ends", "prepare", "read"]
+__all__ = ["NUM", "Block", "Read", "Shape", "line_ends", "prepare", "read"]

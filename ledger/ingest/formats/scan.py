@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,8 @@ BLOCK_MIN = 1 << 16
 """Blocks of complete lines larger than this are read by templates as columns; smaller ones line by line."""
 _WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter", b"'eval_")
 """A line is offered to the formats only when it holds one of these (every format's step lines do)."""
+_HINT_PATTERN = "|".join(re.escape(w.decode()) for w in _WORDS)
+"""The hint words as one pattern (RE2 syntax)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
 
 
@@ -47,7 +49,7 @@ def _hints() -> Any:
     """The hint words as one RE2 pattern (one scan of a block finds the lines holding any of them)."""
     import re2
 
-    return re2.compile(b"|".join(re.escape(w) for w in _WORDS))
+    return re2.compile(_HINT_PATTERN.encode())
 
 
 Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
@@ -185,8 +187,15 @@ class Rows:
         self._merged = Merged(distinct, values)
         return self._merged
 
+    def frozen(self) -> Rows:
+        """These rows as :meth:`merged` has them, without the columns and lines they were merged from (what the
+        output's parser process sends back: about half the bytes). Nothing may be added to them."""
+        return replace(self, _chunks=[], _slow={}, _pending=0, _merged=self.merged())
+
     def step_count(self) -> int:
         """Distinct steps."""
+        if self._merged is not None:
+            return len(self._merged.steps)
         if not self._chunks:
             return len(self._slow)
         return len(self.merged().steps)
@@ -278,6 +287,8 @@ class LineCapture:
         self._queued = 0
         self._last: str | None = None
         self.templates = Templates(self.formats, enabled=fast)
+        self._spread = True
+        """Whether most lines of the last block read as columns had no template's shape."""
 
     def feed(self, data: bytes) -> None:
         """A chunk of output (any size, lines may span chunks). Small chunks are gathered up to
@@ -319,7 +330,8 @@ class LineCapture:
     def _lines(self, data: bytes, size: int) -> None:
         """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a
         time, as columns (:meth:`_blocks`); of the others, only those holding a hint word are looked at (found
-        by ``bytes.find`` over the whole block, so the other lines cost nothing)."""
+        by one RE2 scan of the block or, in a block read as columns, of its other lines: the other lines cost
+        no Python work)."""
         for _ in range(4):  # no template ready yet: the first lines one by one, then the rest as columns
             if size <= BLOCK_MIN or not self.templates.enabled or self.templates.for_blocks():
                 break
@@ -328,9 +340,9 @@ class LineCapture:
                 break
             self._scan(data, cut)
             data, size = data[cut:size], size - cut
-        if size > BLOCK_MIN:
-            data = self._blocks(data[:size] if size < len(data) else data, self.lines)
-            size = len(data)
+        if size > BLOCK_MIN and self.templates.for_blocks():
+            self._blocks(data[:size] if size < len(data) else data)
+            return
         self._scan(data, size)
 
     def _scan(self, data: bytes, size: int) -> None:
@@ -364,23 +376,30 @@ class LineCapture:
             self._line(data, start, end, base + 1)
         self.lines = base + count(b"\n", counted, size)
 
-    def _blocks(self, block: bytes, first: int) -> bytes:
-        """Read the lines of ``block`` (complete lines; the first is line ``first + 1``) that have a checked
-        template's shape, as columns (:mod:`.columns`), the most used template first; returns the block with
-        those lines emptied (newlines kept). A template is checked against its format's parser on every
-        line :func:`.template.checked` names: one disagreement drops it, from that line on."""
+    def _blocks(self, data: bytes) -> None:
+        """Read the complete lines of ``data`` (the first is line ``self.lines + 1``): those that have a checked
+        template's shape as columns (:mod:`.columns`), the most used template first; then, of the lines left,
+        those holding a hint word (all with ``hint=False``) one by one. A template is checked against its
+        format's parser on every line :func:`.template.checked` names: one disagreement drops it, from that
+        line on."""
+        first = self.lines
+        block = columns.Block.of(data)
+        unread: npt.NDArray[np.bool_] | None = None  # None: every line of the block
+        # Most lines of the last block had no template's shape: look for hint words in every line on another
+        # core (Arrow leaves the interpreter lock) while the templates read theirs, rather than after.
+        early = _Hints(block) if self.hint and self._spread else None
         for template in self.templates.for_blocks():
             shape = template.shape()
             if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line
-                text = block.decode("utf-8", "replace")
-                rest, read = template.read_block(text, partial(self.templates.parse, template.format))
+                text = block.emptied(unread).decode("utf-8", "replace")
+                _, read = template.read_block(text, partial(self.templates.parse, template.format))
                 if read:
                     rows = self.rows[template.format]
                     for index, parsed in read:
                         rows.add(parsed, first + index + 1)
-                    block = rest.encode("utf-8")
+                    unread = block.mark_read(unread, np.fromiter((i for i, _ in read), np.int64, len(read)))
                 continue
-            got = columns.read(shape, block)
+            got = columns.read(shape, block, unread, ahead=not self._spread)
             if got is None:  # a number that does not parse: this block line by line (a third time: always)
                 template.failures += 1
                 if template.failures >= 3:
@@ -392,8 +411,7 @@ class LineCapture:
             template.uses += len(got.lines)
             checked = -1
             for j in checks(uses, len(got.lines)):
-                start, end = int(got.offsets[got.lines[j]]), int(got.offsets[got.lines[j] + 1]) - 1
-                line = block[start:end].decode("utf-8", "replace")
+                line = block.line(int(got.lines[j])).decode("utf-8", "replace")
                 parsed = Parsed(step=int(got.steps[j]), metrics={k: float(v[j]) for k, v in got.values.items()})
                 if not agrees(parsed, self.templates.parse(template.format, line)):
                     template.dead = True
@@ -401,11 +419,21 @@ class LineCapture:
                     got = got.head(checked + 1)  # the lines since the last agreeing check go to the parsers
                     break
                 checked = j
-            self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
-            block = got.rest
+            if len(got.lines):
+                self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
+                unread = block.mark_read(unread, got.lines)
             if template.dead:
                 break
-        return block
+        if early is not None:
+            others = early.lines(unread)
+        else:
+            others = block.hinted(_HINT_PATTERN, unread) if self.hint else block.left(unread)
+        self._spread = unread is None or 2 * int(np.count_nonzero(unread)) > block.count
+        data = block.data
+        offsets = block.offsets
+        for i in others.tolist():
+            self._line(data, int(offsets[i]), int(offsets[i + 1]) - 1, first + i + 1)
+        self.lines = first + block.count
 
     def _line(self, data: bytes, start: int, end: int, lineno: int) -> None:
         if end - start > MAX_LINE:
@@ -469,6 +497,35 @@ class LineCapture:
         """Formats that also matched some lines but were not chosen."""
         best = self.best()
         return [r for r in self.rows.values() if (r.step_count() or r.evals) and r is not best]
+
+
+class _Hints:
+    """The lines of a block that hold a hint word, looked for in a thread of their own (one Arrow RE2 pass over
+    every line, which leaves the interpreter lock)."""
+
+    def __init__(self, block: columns.Block) -> None:
+        import threading
+
+        self.block = block
+        self.found: npt.NDArray[np.bool_] | None = None
+        self.thread = threading.Thread(target=self._run, name="ledger-hints", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import pyarrow.compute as pc
+
+        try:
+            self.found = pc.match_substring_regex(self.block.lines, _HINT_PATTERN).to_numpy(zero_copy_only=False)
+        except Exception:  # looked for again in this thread: :meth:`lines`
+            self.found = None
+
+    def lines(self, unread: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int64]:
+        """Indexes of the ``unread`` lines (None: all) that hold a hint word."""
+        self.thread.join()
+        if self.found is None:
+            return self.block.hinted(_HINT_PATTERN, unread)
+        hit: npt.NDArray[np.int64] = np.flatnonzero(self.found if unread is None else self.found & unread)
+        return hit
 
 
 def rows_of(name: str, parsed: Iterable[Parsed]) -> Rows:

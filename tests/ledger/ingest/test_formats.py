@@ -321,3 +321,63 @@ def test_no_phantom_step_from_a_negative_number_where_the_step_is() -> None:
     assert a.column("step").to_pylist() == b.column("step").to_pylist() == expected
     assert a.column("tokens").to_pylist() == b.column("tokens").to_pylist()
     assert a.column("loss").to_pylist() == b.column("loss").to_pylist()
+
+
+def test_other_lines_of_blocks_read_as_columns_are_looked_at_whichever_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a block read as columns, the lines of no template's shape that hold a hint word go to the parsers:
+    looked for after the templates (a log of step lines mostly: there the values of a block are read while the
+    pattern is matched) or, when most lines of the last block were others, in another thread while the
+    templates read theirs. Both ways, the rows are the parsers' own, line by line: evals between steps,
+    a step line of another shape, an overlong line and lines without any hint word."""
+    from ledger.ingest.formats import columns
+    from ledger.ingest.formats import scan as scan_module
+
+    threads: list[bool] = []
+    hints = scan_module._Hints
+
+    class Counted(hints):  # type: ignore[misc, valid-type]
+        def __init__(self, block: object) -> None:
+            threads.append(True)
+            super().__init__(block)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan_module, "_Hints", Counted)
+    early: list[bool] = []
+    ahead = columns._Early
+
+    class Ahead(ahead):  # type: ignore[misc, valid-type]
+        def __init__(self, text: object, shape: object) -> None:
+            early.append(True)
+            super().__init__(text, shape)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(columns, "_Early", Ahead)
+    lines = []
+    for i in range(1, 12_001):
+        lines.append(f"[2026-12-01 10:00:00] [INFO] [data.py:88] prefetching shard {i % 512} of 512\n")
+        lines.append(f"step {i} loss {3.0 / i:.6f} lr 1e-3 grad_norm {i % 5 + 0.5}\n")
+        lines.append(" 25%|##   | 25/100 [00:05<00:01, 12.3it/s]\r 50%|#####  | 50/100 [00:06<00:01]\n")
+        if i % 400 == 0:
+            lines.append(f"{{'eval_loss': {2.0 / i:.6f}, 'epoch': {i / 100}}}\n")
+            lines.append(f"iter {i}: loss {2.5 / i:.4f}, time 12.5ms\n")  # another format's step line
+        if i == 6000:
+            lines.append("loss " + "x" * 70_000 + "\n")  # overlong, with a hint word
+    mixed = "".join(lines).encode()
+    steps_only = "".join(line for line in lines if line.startswith(("step", "{"))).encode() * 4  # 2 blocks and a bit
+    for data, concurrent in ((mixed, True), (steps_only, False)):
+        threads.clear()
+        early.clear()
+        fast, slow = _fast_and_slow(data, 1 << 18)
+        assert (len(threads) > 1) is concurrent  # (the first block read as columns always looks early)
+        assert bool(early) is not concurrent  # step lines mostly: their values read while the pattern matches
+        for name, rows in slow.rows.items():
+            theirs = fast.rows[name]
+            assert theirs.steps == rows.steps and theirs.evals == rows.evals and theirs.unparsed == rows.unparsed
+        assert fast.long_lines == slow.long_lines == (1 if concurrent else 0) and fast.lines == slow.lines
+        best = fast.best()
+        assert best is not None and best.step_count() == 12_000
+        assert best.steps[12_000]["loss"] == round(3.0 / 12_000, 6)
+        evals = [e for rows in fast.rows.values() for e in rows.evals]
+        assert len(evals) == (30 if concurrent else 120)
+        assert ("eval", "loss", round(2.0 / 400, 6)) in [e[1:] for e in evals]
+        nanogpt = fast.rows["nanogpt"].steps
+        assert len(nanogpt) == (30 if concurrent else 0)
+        assert not concurrent or nanogpt[400]["loss"] == float(f"{2.5 / 400:.4f}")

@@ -38,13 +38,26 @@ def test_same_rows_in_the_wrapper_and_in_the_worker() -> None:
     here.close()
     small = LiveParser(None, spawn_bytes=len(data) + 1)  # never hands over
     large = LiveParser(None, spawn_bytes=20_000)  # hands over after the first 20 kB
+    ahead = LiveParser(None, spawn_bytes=20_000)  # more than 20 kB waiting already: hands over at once
+    ahead.watch(lambda: len(data) - ahead.fed)
+    assert ahead.in_worker and ahead.capture is None  # this process parses nothing
+    soon = LiveParser(None, spawn_bytes=20_000)  # 10 kB waiting: parses here until 20 kB are fed or waiting
+    soon.watch(lambda: min(10_000, len(data) - soon.fed))
+    soon.feed(data[:8192])
+    assert not soon.in_worker
+    soon.feed(data[8192:12_288])  # 12 kB fed and 10 kB waiting: the rest goes to the worker
+    assert soon.in_worker
+    _feed(soon, data[12_288:])
+    soon.close()
+    _feed(ahead, data)
+    ahead.close()
     for parser in (small, large):
         _feed(parser, data)
         parser.close()
     assert not small.in_worker and large.in_worker
     ours = here.best()
     assert ours is not None and ours.name == "key-value" and ours.step_count() == 3000
-    for parser in (small, large):
+    for parser in (small, large, ahead, soon):
         theirs = parser.best()
         assert theirs is not None and theirs.name == "key-value"
         assert theirs.tables()["steps"].equals(ours.tables()["steps"])
@@ -159,3 +172,22 @@ def test_record_keeps_the_metrics_when_the_parser_dies(tmp_path: Path) -> None:
     assert receipt["summary"]["steps"] == 100_000 and receipt["summary"]["final_loss"] == 0.00001
     problems = " ".join(p["message"] for p in receipt["problems"])
     assert "parser process" in problems
+
+
+def test_a_worker_forked_while_the_collector_is_off_parses_with_it_on() -> None:
+    """The wrapper's imports run with the garbage collector off (record.wrapper.imports_without_collection), and
+    the tee's writer may fork the worker meanwhile: the worker turns its own back on for its parsing."""
+    import gc
+
+    data = _log(300)
+    parser = LiveParser(None, spawn_bytes=1000)
+    gc.disable()
+    try:
+        _feed(parser, data)
+    finally:
+        gc.enable()
+    parser.close()
+    assert parser.in_worker and parser.result is not None
+    assert parser.result.collector is True
+    rows = parser.best()
+    assert rows is not None and rows.step_count() == 300

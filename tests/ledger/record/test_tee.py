@@ -139,6 +139,9 @@ def test_output_before_the_writer_starts_waits_in_the_spool_and_reaches_log_and_
     while len(terminal.getvalue()) < len(b"".join(lines[:15_000])) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert terminal.getvalue() == b"".join(lines[:15_000])  # the child was never held back
+    while tee.backlog() < len(b"".join(lines[:15_000])) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tee.backlog() == len(b"".join(lines[:15_000]))  # what the wrapper's parser is told is waiting
     assert log.read_bytes() == b""  # nothing written before there is a writer
     seen: list[bytes] = []
     tee.start_writer(seen.append)
@@ -192,3 +195,26 @@ def test_wait_quiet_returns_on_a_pause_on_the_end_of_the_launch_or_at_its_limit(
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(os.getpid() + 10**7) == []
+
+
+def test_the_logs_digest_is_kept_beside_it_for_publishing(tmp_path: Path) -> None:
+    """The tee hashes the log as it writes it; publishing takes that digest only while the log is as the tee
+    left it (a log another process wrote to is read again), and a log that had bytes before the tee gets none."""
+    import hashlib
+
+    from ledger.store.integrity import recorded_sha256
+    from ledger.store.layout import LOG_DIGEST_FILE
+
+    _, log = _run(tmp_path, [b"step 1 loss 2.0\n" * 5000, b"no newline"])
+    path, record = tmp_path / "output.log", tmp_path / LOG_DIGEST_FILE
+    assert log == path.read_bytes() and recorded_sha256(path, record) == hashlib.sha256(log).hexdigest()
+    with path.open("ab") as f:
+        f.write(b"written after the tee\n")
+    assert recorded_sha256(path, record) is None
+    record.write_text("{not json")
+    assert recorded_sha256(path, record) is None
+    before = tmp_path / "before"
+    before.mkdir()
+    (before / "output.log").write_bytes(b"an earlier line\n")
+    _, log = _run(before, [b"step 2 loss 1.0\n"])
+    assert log == b"an earlier line\nstep 2 loss 1.0\n" and not (before / LOG_DIGEST_FILE).exists()
