@@ -31,6 +31,8 @@ from ledger.store.routing import STEP_SUMMARY_DDL, index_step_summary, parquet_s
 if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`ledger ls` starts fast)
     import pyarrow as pa
 
+    from ledger.store.integrity import Seen
+
 INDEX_VERSION = 5
 """Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
 and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last).
@@ -430,15 +432,16 @@ class _Ready:
     error: str | None = None
 
 
-def _prepare(ledger: Ledger, receipt_id: str) -> _Ready:
+def _prepare(ledger: Ledger, receipt_id: str, seen: Seen | None = None) -> _Ready:
     """Verify one receipt (seal, digests and sizes here: :func:`ledger.store.integrity.sealed`; row counts by
-    the batch: only verified data enters the index) and make its row."""
+    the batch: only verified data enters the index) and make its row. ``seen``: the files this sync verified
+    already (a file shared by receipts is hashed once)."""
     from ledger.store.integrity import sealed
     from schemas.tables import TABLES
 
     try:
-        checked = sealed(ledger, receipt_id)
         directory = ledger.path(receipt_id)
+        checked = sealed(ledger, receipt_id, directory=directory, seen=seen)
         tables = {}
         for a in checked.data.get("artifacts") or ():
             name = str(a["path"])[: -len(".parquet")]
@@ -463,10 +466,11 @@ def _add(
     workers = min(4, (os.cpu_count() or 1) * 2) if len(todo) > 1 else 1
     batches = [todo[i : i + BATCH] for i in range(0, len(todo), BATCH)]
     done = 0
+    seen: Seen = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         def submit(batch: list[str]) -> Any:
-            return pool.map(lambda rid: _prepare(ledger, rid), batch) if len(batch) > 1 else iter(
-                [_prepare(ledger, batch[0])])
+            return pool.map(lambda rid: _prepare(ledger, rid, seen), batch) if len(batch) > 1 else iter(
+                [_prepare(ledger, batch[0], seen)])
 
         pending = submit(batches[0])
         for k in range(len(batches)):
