@@ -221,7 +221,7 @@ def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
     con.execute("CREATE TABLE IF NOT EXISTS index_dirs (dir VARCHAR PRIMARY KEY, mtime_ns BIGINT)")
     for name, schema in TABLES.items():
-        empty = pa.schema([pa.field("receipt_id", pa.string())] + list(schema)).empty_table()
+        empty = pa.Table.from_batches([], schema=pa.schema([pa.field("receipt_id", pa.string())] + list(schema)))
         con.register("_empty", empty)
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM _empty")
         con.unregister("_empty")
