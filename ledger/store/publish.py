@@ -437,7 +437,7 @@ def _write_table(table: pa.Table, path: Path, name: str, empties: dict[str, Path
 
 def _write_new(path: Path, data: bytes | pa.Buffer) -> None:
     """Create a file with these bytes (one ``write``, continued if the kernel writes fewer)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # as open() does
     try:
         view = memoryview(data)
         while view:
