@@ -157,7 +157,11 @@ class Sealed:
     text: str
 
 
-def sealed(ledger: Ledger, receipt_id: str) -> Sealed:
+Seen = dict[tuple[int, int], tuple[int, str, int, int]]
+"""Files verified already, by (device, inode): (size, sha256, mtime, ctime) when verified (:func:`sealed`)."""
+
+
+def sealed(ledger: Ledger, receipt_id: str, *, directory: Path | None = None, seen: Seen | None = None) -> Sealed:
     """The receipt once its seal and every listed file (presence, size, sha256) hold and no file was added;
     raises :class:`DamagedReceipt` or :class:`InvalidReceipt` otherwise. The tables' row counts are left to
     the caller (the index counts the rows it inserts).
@@ -169,10 +173,16 @@ def sealed(ledger: Ledger, receipt_id: str) -> Sealed:
     its digest recomputed is not caught here: every column the index takes from it is typed, so DuckDB
     refuses a wrong type and the receipt is listed as damaged, and every command that reads the receipt
     itself, ``show``, ``compare``, ``verify``, validates it with the model.) A receipt of another version is
-    migrated and validated as :func:`verified` does."""
+    migrated and validated as :func:`verified` does.
+
+    ``directory``: the receipt's, when the caller found it already. ``seen``: files verified earlier by the same
+    caller (a sync), by inode: a file that is the same inode as one verified already, unchanged since (size,
+    mtime and ctime) and listed with the same digest, is not read again. Receipts of one publish group share
+    their empty tables' files (hard links, :func:`ledger.store.publish.build`): a rebuild hashes each once."""
     from schemas import SCHEMA_VERSION
 
-    directory = ledger.path(receipt_id)
+    if directory is None:
+        directory = ledger.path(receipt_id)
     source = directory / RECEIPT_FILE
     raw = read_receipt_json(source, receipt_id)
     if raw.get("schema_version") != SCHEMA_VERSION:
@@ -188,7 +198,7 @@ def sealed(ledger: Ledger, receipt_id: str) -> Sealed:
         raise DamagedReceipt(f"{RECEIPT_FILE}: content digest does not match the id: edited after publishing")
     names = set(os.listdir(directory))
     for path, size, digest in artifacts:
-        problem = _file_problem(directory, path, size, digest) if path in names else "missing"
+        problem = _file_problem(directory, path, size, digest, seen) if path in names else "missing"
         if problem:
             raise DamagedReceipt(f"{path}: {problem}")
     extra = sorted(names - {a[0] for a in artifacts} - {RECEIPT_FILE})
@@ -201,10 +211,22 @@ _WHOLE_READ = 8 << 20
 """Files up to this size are hashed from one read; larger ones in 1 MiB blocks."""
 
 
-def _file_problem(directory: os.PathLike[str], name: str, size: int, digest: str) -> str | None:
-    """What is wrong with one listed file (one open: its size from the open file, then its bytes), or None."""
+def _file_problem(
+    directory: os.PathLike[str], name: str, size: int, digest: str, seen: Seen | None = None,
+) -> str | None:
+    """What is wrong with one listed file (one open: its size from the open file, then its bytes), or None;
+    ``seen``: see :func:`sealed` (a file verified here is added to it)."""
+    path = os.path.join(directory, name)
+    if seen is not None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "missing"
+        if stat.S_ISREG(st.st_mode) and st.st_size == size and \
+                seen.get((st.st_dev, st.st_ino)) == (size, digest, st.st_mtime_ns, st.st_ctime_ns):
+            return None
     try:
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return "missing"
     try:
@@ -221,7 +243,11 @@ def _file_problem(directory: os.PathLike[str], name: str, size: int, digest: str
                 h.update(block)
     finally:
         os.close(fd)
-    return None if h.hexdigest() == digest else "sha256 does not match the listed digest"
+    if h.hexdigest() != digest:
+        return "sha256 does not match the listed digest"
+    if seen is not None:
+        seen[(st.st_dev, st.st_ino)] = (size, digest, st.st_mtime_ns, st.st_ctime_ns)
+    return None
 
 
 def _canonical_texts(raw: dict[str, Any]) -> tuple[bytes, str]:

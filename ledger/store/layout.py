@@ -5,7 +5,9 @@ Ledger directory (``./receipts``, ``$LEDGER_DIR`` or ``--ledger DIR``)::
     receipts/
       <ab>/<64-hex id>/       one published receipt (immutable): receipt.json, <table>.parquet, output.log,
                               in the shard named by the id's first two hex digits (256 shards: 100,000
-                              receipts make about 400 entries a directory)
+                              receipts make about 400 entries a directory); the empty tables of receipts
+                              published in one group (ledger.store.publish.publish_many) are hard links to
+                              one file (same bytes, each listed with its digest in each receipt)
       <64-hex id>/            the same in the old flat layout: still read in place, moved into its shard by
                               `ledger reindex --migrate`
       journal                 the ids published here, one a line, appended after each publish (append-only)

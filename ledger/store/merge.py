@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -43,6 +43,7 @@ def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
 
 def read_table(
     run_dir: Path, name: str, ranks: Container[int] | None = None, *, coded: bool = False,
+    dirs: Sequence[tuple[int, Path]] | None = None,
 ) -> tuple[pa.Table, list[Problem]]:
     """All rows of one metric table over every rank (or only ``ranks``; -1: the wrapper's), in the table's
     schema, and what was damaged.
@@ -50,12 +51,13 @@ def read_table(
     ``coded``: when every file holds the steps table's custom names dictionary-coded (the SDK's streams),
     they stay so (:data:`schemas.tables.STEPS_STREAM`): the publisher writes them to Parquet as they are,
     without a string per value (:func:`ledger.store.publish.write_parquet`). Otherwise the table's own
-    schema, the names decoded."""
+    schema, the names decoded. ``dirs``: the run's :func:`rank_dirs`, when the caller listed them already (a
+    publisher reads every table of one run)."""
     schema = TABLES[name]
     keep = coded and _coded(schema) is not schema
     parts: list[pa.Table] = []
     problems: list[Problem] = []
-    for rank, directory in rank_dirs(run_dir):
+    for rank, directory in rank_dirs(run_dir) if dirs is None else dirs:
         if ranks is not None and rank not in ranks:
             continue
         stream = directory / f"{name}{STREAM_SUFFIX}"
@@ -72,10 +74,15 @@ def read_table(
                 parts.append(table)
                 problems.extend(bad)
     if not parts:
-        return schema.empty_table(), problems
+        return empty(schema), problems
     if len({p.schema for p in parts}) > 1:  # coded streams beside rows of decoded names: all decoded
         parts = [_decode(p, schema) for p in parts]
     return pa.concat_tables(parts), problems
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    """A table of no rows in ``schema`` (``Schema.empty_table`` imports pandas, when installed: 0.5 s)."""
+    return pa.Table.from_batches([], schema=schema)
 
 
 @contextmanager
