@@ -612,7 +612,7 @@ def try_sync(ledger: Ledger, timeout: float = 2.0) -> SyncResult | None:
     publisher gives way at once to a reader that waits (the reader syncs what it needs itself), and leaves the
     index alone while another publish is under way (:func:`ledger.store.journal.publishing_now`): among many
     publishers on a busy machine, one that held the index's lock for its sync did so at a low CPU share (its
-    priority lowered, :func:`ledger.store.publish.yield_cpu`) while readers waited for that lock; the publisher
+    priority lowered, :func:`ledger.store.staging.yield_cpu`) while readers waited for that lock; the publisher
     that finds no other publish under way, and the readers after a burst, index what the burst published."""
     if readers_waiting(ledger) or journal.publishing_now(ledger.root):
         return None
