@@ -167,10 +167,11 @@ def load_timing(receipt_dir: Path) -> pa.Table:
     """A published receipt's timing table (its Parquet file; empty when it has none)."""
     import pyarrow.parquet as pq
 
+    from ledger.store.merge import empty
     from schemas.tables import TIMING
 
     path = receipt_dir / "timing.parquet"
-    return pq.read_table(path) if path.exists() else TIMING.empty_table()
+    return pq.read_table(path) if path.exists() else empty(TIMING)
 
 
 def of_receipt(receipt_dir: Path, receipt: Receipt) -> Stragglers:

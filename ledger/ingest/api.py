@@ -29,6 +29,7 @@ from ledger.ingest.common import (
 )
 from ledger.ingest.megatron import MegatronLog, parse_log, routing_from_dir
 from ledger.ingest.megatron_args import args_from_text, merge_args, workload_from_args
+from ledger.store.merge import empty
 from ledger.store.receipts import Ledger
 from ledger.store.routing import as_lists
 from schemas import Links, Receipt, Stack
@@ -170,7 +171,7 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     for table_name in TABLES:
         file = directory / f"{table_name}.parquet"
         tables[table_name] = conform(as_lists(pq.read_table(file)) if table_name == "routing" else pq.read_table(file),
-                                     TABLES[table_name]) if file.exists() else TABLES[table_name].empty_table()
+                                     TABLES[table_name]) if file.exists() else empty(TABLES[table_name])
     added = timing.tables()
     for table_name, extra in added.items():
         tables[table_name] = pa.concat_tables([tables[table_name].cast(TABLES[table_name]), extra])

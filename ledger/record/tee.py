@@ -283,7 +283,6 @@ class Tee:
             notes.append(self.error)
         return notes
 
-
     def _keep_digest(self) -> None:
         """Write the log's digest, size and modification time beside it (after the log was closed whole)."""
         import json

@@ -213,6 +213,7 @@ def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create every table of the index that does not exist, the version row last."""
     import pyarrow as pa
 
+    from ledger.store.merge import empty
     from schemas.tables import TABLES
 
     con.execute("CREATE TABLE IF NOT EXISTS index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
@@ -221,8 +222,7 @@ def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
     con.execute("CREATE TABLE IF NOT EXISTS index_dirs (dir VARCHAR PRIMARY KEY, mtime_ns BIGINT)")
     for name, schema in TABLES.items():
-        empty = pa.Table.from_batches([], schema=pa.schema([pa.field("receipt_id", pa.string())] + list(schema)))
-        con.register("_empty", empty)
+        con.register("_empty", empty(pa.schema([pa.field("receipt_id", pa.string())] + list(schema))))
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM _empty")
         con.unregister("_empty")
     con.execute(ROUTING_EXPERTS_VIEW)

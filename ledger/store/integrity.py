@@ -52,18 +52,6 @@ def recorded_sha256(path: Path, record: Path) -> str | None:
     return None
 
 
-def place(source: Path, target: Path) -> Path:
-    """``source``'s bytes at ``target``: a hard link (no copy; the staging directory's name goes when it is
-    removed) or, where the file system refuses one, a copy."""
-    import shutil
-
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-    return target
-
-
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong with one file of one receipt."""

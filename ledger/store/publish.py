@@ -37,18 +37,21 @@ from pydantic import ValidationError
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
-from ledger.store.integrity import sha256_file
+from ledger.store.integrity import recorded_sha256, sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
+    JSONL_SUFFIX,
+    LOG_DIGEST_FILE,
     LOG_FILE,
     RUNTIME_FILE,
     STACK_FILE,
+    STREAM_SUFFIX,
     TMP_PREFIX,
     WORKLOAD_FILE,
     WRAPPER_FILE,
 )
-from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.merge import empty, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
@@ -314,9 +317,6 @@ def build(
     tables: dict[str, pa.Table] = {}
     artifacts: list[Artifact] = []
     attempt = int(wrapper.get("attempt") or 1)
-    from ledger.store.layout import JSONL_SUFFIX, STREAM_SUFFIX
-    from ledger.store.merge import empty
-
     dirs = list(rank_dirs(run_dir))  # listed once for every table and fact of the run
     present = _listed(dirs)  # the ranks' files: a table none of them wrote is empty, without a look for it
     for name in TABLES:
@@ -336,11 +336,8 @@ def build(
         artifacts.append(Artifact(path=path.name, kind="table", sha256=digest, bytes=size, rows=table.num_rows))
     log = run_dir / LOG_FILE
     if log.exists():
-        from ledger.store.integrity import place, recorded_sha256
-        from ledger.store.layout import LOG_DIGEST_FILE
-
         recorded = recorded_sha256(log, run_dir / LOG_DIGEST_FILE)  # as the output tee wrote it, when it did
-        copied = place(log, tmp / LOG_FILE)
+        copied = _link_or_copy(log, tmp / LOG_FILE)
         artifacts.append(
             Artifact(path=LOG_FILE, kind="log", sha256=recorded or sha256_file(copied), bytes=copied.stat().st_size)
         )
@@ -439,6 +436,16 @@ def _write_table(table: pa.Table, path: Path, name: str, empties: dict[str, Path
     return digest, len(data)
 
 
+def _link_or_copy(source: Path, target: Path) -> Path:
+    """``source``'s bytes at ``target``: a hard link (no copy; the staging directory's name goes when it is
+    removed) or, where the file system refuses one, a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+    return target
+
+
 def _write_new(path: Path, data: bytes | pa.Buffer) -> None:
     """Create a file with these bytes (one ``write``, continued if the kernel writes fewer)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # as open() does
@@ -459,7 +466,7 @@ def _empty_parquet(schema: pa.Schema) -> tuple[bytes, str]:
     key = schema.serialize().to_pybytes()
     if key not in _EMPTY_PARQUET:
         sink = pa.BufferOutputStream()
-        write_parquet(pa.Table.from_batches([], schema=schema), sink)  # (empty_table imports pandas)
+        write_parquet(empty(schema), sink)
         data = sink.getvalue().to_pybytes()
         _EMPTY_PARQUET[key] = (data, hashlib.sha256(data).hexdigest())
     return _EMPTY_PARQUET[key]
