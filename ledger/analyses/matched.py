@@ -62,9 +62,10 @@ def curve(run: RunData, axis: Axis, column: str = "loss") -> Curve | str:
             return "step times not logged"
     y = np.asarray(run.steps[column], dtype=np.float64)
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 2:
+    finite = int(np.count_nonzero(ok))
+    if finite < 2:
         return f"fewer than 2 finite {column} values"
-    xs, ys = x[ok], y[ok]
+    xs, ys = (x, y) if finite == ok.size else (x[ok], y[ok])  # every point finite: no copy of a million
     if not (xs[1:] > xs[:-1]).all():  # logged out of order or repeated: sort, one value per x (the first)
         order = np.argsort(xs, kind="mergesort")
         xs, ys = xs[order], ys[order]
@@ -83,9 +84,11 @@ def common_grid(curves: Sequence[Curve], reference: Curve | None = None, window:
     if not hi > lo:
         return "the runs share no range"
     ref = reference if reference is not None else curves[0]
-    inside = ref.x[(ref.x >= lo) & (ref.x <= hi)]
+    # a curve's x ascends strictly (:func:`curve`): the points in [lo, hi], then those from the window's start,
+    # found by bisection (views, not masks over every point)
+    inside = ref.x[np.searchsorted(ref.x, lo, "left"):np.searchsorted(ref.x, hi, "right")]
     start = hi - window * (hi - lo)
-    points = inside[inside >= start]
+    points = inside[np.searchsorted(inside, start, "left"):]
     if points.size < MIN_POINTS:
         points = inside[-MIN_POINTS:]
     if points.size < 2:

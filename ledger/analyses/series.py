@@ -144,13 +144,34 @@ def _numpy(result: Mapping[str, Any]) -> Columns:
         if isinstance(values, np.ma.MaskedArray):
             if values.dtype.kind in "biuf":
                 values = np.ma.filled(values.astype(np.float64), np.nan)
-            else:
-                values = np.asarray(np.ma.filled(values.astype(object), None))
+            else:  # (np.ma.filled with None fills the array's fill_value, '?' for text, not None)
+                text = np.asarray(values.data, dtype=object)
+                text[np.ma.getmaskarray(values)] = None
+                values = text
         elif values.dtype.kind in "iu" and name not in ("step", "layer", "expert"):
             values = values.astype(np.float64)
         elif values.dtype.kind == "b":
             values = values.astype(np.float64)
         out[name] = np.asarray(values)
+    return out
+
+
+def _arrow_numpy(table: Any) -> Columns:
+    """:func:`_numpy` of the same rows fetched as Arrow (``to_arrow_table``): the same dtypes and values, for a
+    million rows in about two thirds of ``fetchnumpy``'s time. Each column's chunks are converted one by one and
+    joined into one writable array of its own (``ChunkedArray.to_numpy`` imports pandas, 0.6 s)."""
+    import pyarrow as pa
+
+    out: Columns = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        kind = column.type
+        whole = pa.types.is_integer(kind) and name in ("step", "layer", "expert") and column.null_count == 0
+        if (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and not whole:
+            column = column.cast(pa.float64())  # nulls become NaN, as _numpy fills them
+        chunks = [c.to_numpy(zero_copy_only=False) for c in column.chunks]
+        if not chunks:
+            chunks = [pa.array([], column.type).to_numpy(zero_copy_only=False)]
+        out[name] = np.concatenate(chunks)
     return out
 
 
@@ -192,13 +213,12 @@ def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt |
     :func:`ledger.store.attempts.logical_run`)."""
     receipt = receipt if receipt is not None else load_receipt(con, receipt_id)
     cols = ", ".join(STEP_COLUMNS) + ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
-    steps = _numpy(
-        con.execute(
-            f"SELECT {cols} FROM steps WHERE receipt_id = $1 AND rank = "
-            "(SELECT min(rank) FROM steps WHERE receipt_id = $1)",
-            [receipt_id],
-        ).fetchnumpy()
-    )
+    # the lowest rank first, then its rows by a plain filter: a scan that keeps the index's insertion order
+    # (by step, as publishing wrote them), where a subquery in the filter made a join that returned them
+    # shuffled, for _sorted to sort again
+    first = con.execute("SELECT min(rank) FROM steps WHERE receipt_id = $1", [receipt_id]).fetchall()
+    steps = _arrow_numpy(con.sql(f"SELECT {cols} FROM steps WHERE receipt_id = $1 AND rank = $2",
+                                 params=[receipt_id, first[0][0]]).to_arrow_table())
     steps = _sorted(steps)
     evals = [
         dict(zip(("step", "tokens", "split", "source", "metric", "value"), r, strict=True))

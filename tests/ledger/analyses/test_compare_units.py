@@ -84,6 +84,27 @@ def test_curves_are_interpolated_at_common_token_counts() -> None:
     assert matched.common_grid([a, matched.Curve(np.array([2000.0, 3000.0]), np.ones(2))]) == "the runs share no range"
 
 
+def test_grid_window_bounds_are_inclusive() -> None:
+    # A covers 0..200, B 0..100: the common range is [0, 100], its last 20% [80, 100]; both ends are points of A
+    a = matched.Curve(np.arange(0, 201, 1.0), np.zeros(201))
+    b = matched.Curve(np.arange(0, 101, 1.0), np.ones(101))
+    grid = matched.common_grid([a, b])
+    assert not isinstance(grid, str)
+    assert grid.x.tolist() == list(range(80, 101)) and grid.lo == 80 and grid.hi == 100
+    # the grid taken from B, whose last point is the end of the range
+    grid_b = matched.common_grid([a, b], reference=b)
+    assert not isinstance(grid_b, str) and grid_b.x.tolist() == list(range(80, 101))
+
+
+def test_curve_keeps_finite_points_only() -> None:
+    r = run(np.full(4, 0.1))
+    r.steps["tokens"][:] = [100, 200, 300, 400]
+    r.steps["loss"][:] = [2.0, np.nan, 1.5, np.inf]
+    c = matched.curve(r, "tokens")
+    assert not isinstance(c, str)
+    assert c.x.tolist() == [100, 300] and c.y.tolist() == [2.0, 1.5]
+
+
 def test_curve_sorts_and_deduplicates() -> None:
     r = run(np.full(5, 0.1))
     r.steps["tokens"][:] = [300, 100, 200, 200, 500]
