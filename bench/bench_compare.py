@@ -24,7 +24,9 @@ metric per layer and expert, 200k points), for both runs: 10.4M points. Logging 
 the read time is extrapolated linearly to 10.4M points (said in the output and the JSON ``note``). The
 MLflow side runs in a child process, so its import does not weigh on ours.
 
-Target: under 1 s, and faster than MLflow. ``ratio`` = MLflow / ours (higher is better).
+Target: faster than MLflow; ``ratio`` = MLflow / ours (higher is better). (The absolute target of under 1 s
+that this bench once printed gave way to the floor below, a ratio measured in the same run: issue 22, since
+absolute times on a shared machine move with its load.)
 
 **Floor** (``compare_1m_steps_vs_duckdb_scan``): one DuckDB scan of both receipts' step tables in the index
 (the step columns the comparison reads, summed per receipt) through ``index.reader``, median of ``--reps``.
@@ -49,7 +51,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-TARGET_S = 1.0
 TARGET_VS_SCAN = 20.0
 """compare() within 20x of one DuckDB scan of both receipts' step tables (issue 22)."""
 MLFLOW_POINTS = 100_000
@@ -282,7 +283,8 @@ def main() -> None:
             for plugins, figure in ((False, "compare_core_1m_steps"), (True, "compare_1m_steps")):
                 ours = timed[plugins][0]
                 print(json.dumps({"figure": figure, "value": round(ours, 4), "unit": "s", "reference": None,
-                                  "ratio": None, "target": TARGET_S, "met": ours < TARGET_S, "note": "MLflow skipped"}))
+                                  "ratio": None, "target": None, "met": None,
+                                  "note": "MLflow skipped; the target is compare_1m_steps_vs_duckdb_scan's"}))
             return
         ml = time_mlflow(root / "mlflow", args.mlflow_points)
         per_point = ml["read_s"] / ml["points"]
@@ -299,9 +301,9 @@ def main() -> None:
             note = (f"ours: compare() through the index, {scope}, median of {args.reps} after a warm-up call "
                     f"({first:.3f} s); reference: MLflow get_metric_history, sqlite, measured on {ml['points']:,} "
                     f"points and extrapolated linearly to {total_points:,} (5 step metrics + routing tokens, 2 runs); "
-                    f"ratio = reference / ours; target: ours < {TARGET_S} s and ratio > 1")
+                    f"ratio = reference / ours; target: ratio > 1")
             print(json.dumps({"figure": figure, "value": round(ours, 4), "unit": "s", "reference": round(reference, 4),
-                              "ratio": round(ratio, 2), "target": TARGET_S, "met": ours < TARGET_S and ratio > 1,
+                              "ratio": round(ratio, 2), "target": 1.0, "met": ratio > 1,
                               "note": note}))
 
 
