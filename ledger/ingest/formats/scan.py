@@ -54,6 +54,7 @@ def _hints() -> Any:
 
 Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
 """One metric's observations: (line number, step, value), each an array."""
+_INT64 = 1 << 63
 COMPACT_ROWS = 1 << 16
 """Rows read as columns that are merged by step once this many (or as many as already merged) are pending."""
 
@@ -91,10 +92,10 @@ class Rows:
 
     def add(self, parsed: Parsed, where: int = 0) -> None:
         """One parsed line (``where``: its line number, for problems and for the order of values)."""
-        if parsed is BAD:
+        step = parsed.step
+        if parsed is BAD or (step is not None and not -_INT64 <= step < _INT64):  # a step no table can hold
             self.unparsed.append(where)
             return
-        step = parsed.step
         if parsed.metrics and set(parsed.metrics) - {"epoch"}:
             if step is None:  # a format that prints no step number: number the lines
                 self._count += 1
