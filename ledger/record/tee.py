@@ -15,8 +15,9 @@ Two kinds of thread:
   (:class:`ledger.ingest.formats.scan.LineCapture`), which so sees exactly what the log keeps.
 
 The pumps never wait for the writer, memory stays bounded whatever the line length and the backlog, and
-nothing unredacted is left behind when the wrapper dies (the spool's file, when there is one, has no name). While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that
-the child gets the CPU; the log catches up in pauses and at the end.
+nothing unredacted is left behind when the wrapper dies (the spool's file, when there is one, has no name).
+While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that the child gets
+the CPU; the log catches up in pauses and at the end.
 
 When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
 child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
