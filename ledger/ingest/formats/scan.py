@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from ledger import _native
 from ledger.ingest.common import strip_rank, table
 from ledger.ingest.formats import LINE_FORMATS, columns
 from ledger.ingest.formats.base import BAD, INT_COLUMNS, STEP_COLUMNS, Format, Parsed
@@ -387,8 +388,10 @@ class LineCapture:
         block = columns.Block.of(data)
         unread: npt.NDArray[np.bool_] | None = None  # None: every line of the block
         # Most lines of the last block had no template's shape: look for hint words in every line on another
-        # core (Arrow leaves the interpreter lock) while the templates read theirs, rather than after.
-        early = _Hints(block) if self.hint and self._spread else None
+        # core (Arrow leaves the interpreter lock) while the Python templates read theirs, rather than after. Not
+        # with the compiled reader: it reads a block in a few milliseconds, less than that search's first call
+        # in a process (Arrow's set-up, holding up the first block of a log of step lines only).
+        early = _Hints(block) if self.hint and self._spread and _native.columns() is None else None
         for template in self.templates.for_blocks():
             shape = template.shape()
             if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line
