@@ -171,13 +171,14 @@ class Rows:
                 np.asarray(line_list, np.int64), np.asarray(step_list, np.int64), np.asarray(value_list, np.float64)))
         firsts = {name: _first_by_step(columns[name])[1:] for name in self._names if columns.get(name)}
         all_steps = [steps for steps, _ in firsts.values()]
-        if all_steps and all(np.array_equal(all_steps[0], other) for other in all_steps[1:]):
+        every = bool(all_steps) and all(np.array_equal(all_steps[0], other) for other in all_steps[1:])
+        if every:
             distinct = all_steps[0]  # every metric on every step (most logs): the steps as merged
         else:
             distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
         for name, (first_steps, first_values) in firsts.items():
-            if first_steps is distinct:
+            if every:  # each metric's values already one per step, in the steps' order
                 values[name] = (first_values, np.ones(len(distinct), bool))
                 continue
             column = np.full(len(distinct), np.nan)
