@@ -48,7 +48,7 @@ MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
 DEFER_LIMIT = 1 << 30
 """Backlog (bytes) up to which the writer defers to a child that writes fast."""
-MEMORY_LIMIT = 32 << 20
+MEMORY_LIMIT = 16 << 20
 """Backlog kept in memory; past it, the spool's file takes the rest."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
