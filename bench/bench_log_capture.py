@@ -72,6 +72,13 @@ def cat_mb_s(path: Path) -> float:
     return path.stat().st_size / best / 1e6
 
 
+def reader() -> str:
+    """Which template reader the figures used (ledger/_native: compiled unless LEDGER_NO_EXT=1 or not built)."""
+    from ledger import _native
+
+    return "compiled template reader" if _native.columns() is not None else "Python template reader"
+
+
 def parse_mb_s(path: Path) -> tuple[float, float, int]:
     """Wall and CPU MB/s (best of 2 each) of LineCapture over the file, tables built; and the steps found."""
     import pyarrow.compute  # noqa: F401  (imported once, outside the timing)
@@ -147,7 +154,7 @@ def main() -> None:
                               "reference": round(cat, 2), "ratio": round(ours / cat, 4), "target": TARGET_MB_S,
                               "met": ours >= TARGET_MB_S,
                               "note": f"{args.mb:g} MB, {steps} steps; value: LineCapture MB/s (floor 100), "
-                                      "reference: cat MB/s; ratio = ours / cat"}))
+                                      f"reference: cat MB/s; ratio = ours / cat; {reader()}"}))
             print(json.dumps({"figure": f"log_capture_parse_{kind}_cpu", "value": round(cpu, 2), "unit": "MB/s",
                               "reference": round(cat, 2), "ratio": round(cpu / cat, 4), "target": TARGET_MB_S,
                               "met": cpu >= TARGET_MB_S,

@@ -93,6 +93,15 @@ def redaction_mb_s(log: Path) -> float:
     return len(data) / best / 1e6
 
 
+def reader() -> str:
+    """Which template reader the wrapper's parser used (ledger/_native: compiled unless LEDGER_NO_EXT=1 or not
+    built)."""
+    sys.path.insert(0, str(ROOT))
+    from ledger import _native
+
+    return "compiled template reader" if _native.columns() is not None else "Python template reader"
+
+
 def cat_mb_s(log: Path) -> float:
     best = float("inf")
     for _ in range(3):
@@ -143,7 +152,8 @@ def main() -> None:
         {"figure": f"record_cat_{args.mb}mb_vs_tee", "value": round(med["ours"], 3), "unit": "s",
          "reference": round(med["tee"], 3), "ratio": round(med["ours"] / med["tee"], 3), "target": 1.5,
          "met": med["ours"] / med["tee"] <= 1.5,
-         "note": f"ledger record -- cat {args.mb} MB log vs cat | tee copy.log; ratio ours/reference, a ceiling"},
+         "note": f"ledger record -- cat {args.mb} MB log vs cat | tee copy.log; ratio ours/reference, a ceiling; "
+                 f"{reader()}"},
         {"figure": f"record_cat_{args.mb}mb_per_byte_vs_tee", "value": round(med["ours"] - med["fixed"], 3),
          "unit": "s", "reference": round(med["tee"], 3), "ratio": round((med["ours"] - med["fixed"]) / med["tee"], 3),
          "target": 1.5, "met": (med["ours"] - med["fixed"]) / med["tee"] <= 1.5,

@@ -6,16 +6,18 @@ Two kinds of thread:
 * one **pump** per stream: ``os.read`` of up to 1 MiB (the pipe enlarged to 1 MiB), written to the terminal
   as is, then appended to a shared **spool** cut at its last newline (a line longer than
   :data:`MAX_LINE` is cut into pieces), so that the two streams interleave line by line. No per-line work.
+  The spool is a queue in memory, up to :data:`MEMORY_LIMIT` bytes waiting, and past that an anonymous
+  temporary file (see :class:`_Spool`).
 * one **writer**: takes batches of up to :data:`BATCH` bytes of whole lines from the spool, redacts them as
   bytes (:meth:`ledger.redact.StreamRedactor.feed_bytes`: one RE2 scan finds the few lines where a rule may
   match; a multi-line PEM block in one batch goes as a whole), appends them to ``output.log`` and hands the
   same redacted batch to an optional ``consumer``: live log parsing
   (:class:`ledger.ingest.formats.scan.LineCapture`), which so sees exactly what the log keeps.
 
-The spool is an anonymous temporary file used as a queue: the pumps never wait for the writer, memory stays
-bounded whatever the line length, and nothing unredacted is left behind when the wrapper dies (the file has
-no name). While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that
-the child gets the CPU; the log catches up in pauses and at the end.
+The pumps never wait for the writer, memory stays bounded whatever the line length and the backlog, and
+nothing unredacted is left behind when the wrapper dies (the spool's file, when there is one, has no name).
+While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that the child gets
+the CPU; the log catches up in pauses and at the end.
 
 When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
 child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
@@ -24,6 +26,7 @@ wrapper (see :meth:`Tee.finish`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -44,7 +47,9 @@ batches that take it a few milliseconds, and the pumps (hence the child) wait at
 MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
 DEFER_LIMIT = 1 << 30
-"""Backlog (bytes, on disk) up to which the writer defers to a child that writes fast."""
+"""Backlog (bytes) up to which the writer defers to a child that writes fast."""
+MEMORY_LIMIT = 16 << 20
+"""Backlog kept in memory; past it, the spool's file takes the rest."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
 SWITCH_S = 0.0005
@@ -57,25 +62,44 @@ MAX_LINE bytes), from the writer thread: slow parsing delays the log, never the 
 
 
 class _Spool:
-    """A FIFO of bytes in an anonymous temporary file: append by the pumps, take by the writer."""
+    """A FIFO of bytes: append by the pumps, take by the writer. In memory up to :data:`MEMORY_LIMIT` bytes
+    waiting (no copy through the kernel for the usual backlog); past that, in an anonymous temporary file, made
+    on first need, until the writer caught up with it: memory bounded whatever the backlog, and nothing
+    unredacted left behind when the wrapper dies (memory, and a file without a name)."""
 
     def __init__(self, directory: Path | None) -> None:
-        self.file = tempfile.TemporaryFile(dir=directory)
-        self.fd = self.file.fileno()
+        self.directory = directory
+        self.memory: collections.deque[bytes] = collections.deque()
+        self.offset = 0
+        """Bytes of the oldest piece in memory already taken."""
+        self.in_memory = 0
+        self.file: IO[bytes] | None = None
         self.head = 0
         self.tail = 0
+        """The file's unread bytes (``head`` to ``tail``), all of them later than those in memory."""
         self.last_put = 0.0
         self.closed = False
         self.cond = threading.Condition()
 
     def put(self, data: bytes) -> None:
         with self.cond:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self.fd, data[written:], self.tail + written)
-            self.tail += len(data)
+            if self.tail == self.head and self.in_memory + len(data) <= MEMORY_LIMIT:
+                self.memory.append(data)
+                self.in_memory += len(data)
+            else:  # a large backlog, or bytes already in the file (order kept: these come after them)
+                if self.file is None:
+                    self.file = tempfile.TemporaryFile(dir=self.directory)
+                fd = self.file.fileno()
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(fd, data[written:], self.tail + written)
+                self.tail += len(data)
             self.last_put = time.monotonic()
             self.cond.notify()
+
+    def waiting(self) -> int:
+        """Bytes put and not yet taken (the caller holds :attr:`cond`)."""
+        return self.in_memory + self.tail - self.head
 
     def close(self) -> None:
         with self.cond:
@@ -87,23 +111,40 @@ class _Spool:
         backlog is below :data:`DEFER_LIMIT`: the writer then waits, leaving the CPU to the child."""
         with self.cond:
             return (not self.closed and time.monotonic() - self.last_put < 0.02
-                    and self.tail - self.head < DEFER_LIMIT)
+                    and self.waiting() < DEFER_LIMIT)
 
     def take(self) -> bytes | None:
         """Up to BATCH bytes, waiting for some; None when closed and empty."""
         with self.cond:
-            while self.head == self.tail and not self.closed:
+            while not self.waiting() and not self.closed:
                 self.cond.wait()
+            if self.memory:
+                first = self.memory[0]
+                if len(first) - self.offset <= BATCH:  # the rest of the oldest piece
+                    self.memory.popleft()
+                    data = first[self.offset:] if self.offset else first
+                    self.offset = 0
+                else:  # a batch of it (the writer's calls hold the interpreter lock: keep them short)
+                    data = first[self.offset:self.offset + BATCH]
+                    self.offset += BATCH
+                self.in_memory -= len(data)
+                return data
             if self.head == self.tail:
                 return None
+            assert self.file is not None
             head, size = self.head, min(BATCH, self.tail - self.head)
-        data = os.pread(self.fd, size, head)
+        data = os.pread(self.file.fileno(), size, head)
         with self.cond:
             self.head += len(data)
             if self.head == self.tail:  # caught up: reuse the file from its start
                 self.head = self.tail = 0
-                os.ftruncate(self.fd, 0)
+                os.ftruncate(self.file.fileno(), 0)
         return data
+
+    def discard(self) -> None:
+        """Close the file (when one was needed)."""
+        if self.file is not None:
+            self.file.close()
 
 
 class Tee:
@@ -170,7 +211,7 @@ class Tee:
     def backlog(self) -> int:
         """Bytes of output read from the pipes and not yet taken by the writer."""
         with self.spool.cond:
-            return self.spool.tail - self.spool.head
+            return self.spool.waiting()
 
     def _pump(self, stream: IO[bytes], out: IO[bytes]) -> None:
         fd = stream.fileno()
@@ -277,7 +318,7 @@ class Tee:
                     self._keep_digest()
         except OSError as exc:
             self.error = self.error or f"output.log: {exc.strerror or exc}"
-        self.spool.file.close()
+        self.spool.discard()
         sys.setswitchinterval(getattr(self, "_switch", sys.getswitchinterval()))
         if self.error:
             notes.append(self.error)

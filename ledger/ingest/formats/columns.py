@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ledger import _native
+
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 """A number as the templates capture it (the language of :data:`.template._NUM`, written so that RE2 reads
 it in one pass)."""
@@ -50,6 +52,9 @@ class Shape:
     the template's literal text (``step 5 | loss 2.3``, ``train.py:212]``): the line's word count and, for the
     step then each metric (in :attr:`metrics`' order), its word and the characters of literal text before and
     after it in that word. Such lines are read as space-separated values (:func:`_words`); None otherwise."""
+    pieces: tuple[bytes, ...] = ()
+    """The template's literal pieces as UTF-8 (one more than its numbers), for the compiled reader
+    (:func:`_native_read`)."""
 
 
 def _literal(text: str) -> str:
@@ -101,7 +106,7 @@ def prepare(source: str, pieces: tuple[str, ...], spans: tuple[tuple[int, int], 
     body = _literal(pieces[0]) + "".join(f"(?:{NUM})" + _literal(p) for p in pieces[1:])
     return Shape(f"^{body}\\n$", len(where), index[0],
                  tuple((name, i, scale) for (name, _, scale), i in zip(metrics, index[1:], strict=True)),
-                 _word_places(source, spans, used))
+                 _word_places(source, spans, used), tuple(p.encode("utf-8", "surrogatepass") for p in pieces))
 
 
 def _word_places(source: str, spans: tuple[tuple[int, int], ...], used: list[int]
@@ -221,6 +226,11 @@ def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    compiled = _native.columns()
+    if compiled is not None and shape.pieces:
+        fast = _native_read(compiled, shape, block, unread)
+        if fast is not None:
+            return fast
     whole = np.frombuffer(block.data, np.uint8)
     early = _Early(whole, shape) if ahead and unread is None and shape.tokens is not None else None
     nothing = Read(np.empty(0, np.int64), np.empty(0, np.int64), {})
@@ -253,6 +263,28 @@ def read(shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None = None
     if not len(index):
         return nothing
     return Read(index, steps, values)
+
+
+def _native_read(compiled: Any, shape: Shape, block: Block, unread: npt.NDArray[np.bool_] | None) -> Read | None:
+    """:func:`read` by the compiled reader (``ledger/_native/columns.c``: the lines, steps and values of the number
+    runs' reading, :func:`_numbers`, in one pass over the block, without the interpreter lock); None when it cannot
+    tell (the Python reader then decides: a step past int64, a line that is hard to match). Where the reading of
+    whole words (:func:`_words`) would also read a line with ``nan`` or ``inf`` in a number's place, it leaves it
+    to the formats' parsers, which read it the same."""
+    count = block.count
+    metrics = tuple(i for _, i, _ in shape.metrics)
+    lines = np.empty(count, np.int64)
+    steps = np.empty(count, np.int64)
+    matrix = np.empty((count, len(metrics)), np.float64)
+    mask = None if unread is None else np.ascontiguousarray(unread, np.bool_).view(np.uint8)
+    n = compiled.read_shape(block.data, mask, shape.pieces, shape.count, shape.step, metrics, lines, steps, matrix)
+    if n < 0:
+        return None
+    if n == 0:
+        return Read(np.empty(0, np.int64), np.empty(0, np.int64), {})
+    values = {name: matrix[:n, i] * scale if scale != 1.0 else matrix[:n, i]
+              for i, (name, _, scale) in enumerate(shape.metrics)}
+    return Read(lines[:n], steps[:n], values)
 
 
 class _Early:
@@ -362,8 +394,7 @@ def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
     whole = {word for word, before, after in places if not before and not after}
     types = {f"w{word}": pa.string() for word, _, _ in places}
     types.update({f"w{word}": pa.float64() for word in whole})
-    if not places[0][1] and not places[0][2]:
-        types[f"w{places[0][0]}"] = pa.int64()
+    types[f"w{places[0][0]}"] = pa.string()  # the step: digits only (`-0`, `+5` are no step), checked below
     try:
         table = csv.read_csv(
             pa.BufferReader(pa.py_buffer(text)),
@@ -378,10 +409,10 @@ def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
             column = table.column(f"w{word}")
             if before or after:  # the literal text around the number in its word is cut off
                 column = pc.utf8_slice_codeunits(column, start=before, stop=-after if after else None)
+            if i == 0 and not pc.all(pc.ascii_is_decimal(column)).as_py():
+                return None  # a signed or fractional step: the runs' reading leaves such lines to the parsers
             numbers.append(pc.cast(column, pa.int64() if i == 0 else pa.float64()).to_numpy())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if (numbers[0] < 0).any():  # a step is digits only (the parsers read no step from `step -1`)
         return None
     values = {name: column * scale if scale != 1.0 else column
               for (name, _, scale), column in zip(shape.metrics, numbers[1:], strict=True)}

@@ -24,10 +24,10 @@ def parse_line(line: str) -> Parsed | None:
     if "iter " in line:
         m = _ITER.search(line)
         if m:
-            loss = number(m.group(2))
-            if loss is None:
+            loss, time_ms = number(m.group(2)), number(m.group(3))
+            if loss is None or time_ms is None:  # `time 0.0.5ms`: a step line we cannot read
                 return BAD
-            metrics = {"loss": loss, "step_time_s": float(m.group(3)) / 1000}
+            metrics = {"loss": loss, "step_time_s": time_ms / 1000}
             mfu = number(m.group(4)) if m.group(4) else None
             if mfu is not None and mfu >= 0:
                 metrics["mfu_pct"] = mfu

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from ledger import _native
 from ledger.ingest.common import strip_rank, table
 from ledger.ingest.formats import LINE_FORMATS, columns
 from ledger.ingest.formats.base import BAD, INT_COLUMNS, STEP_COLUMNS, Format, Parsed
@@ -54,6 +55,7 @@ def _hints() -> Any:
 
 Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np.float64]"]
 """One metric's observations: (line number, step, value), each an array."""
+_INT64 = 1 << 63
 COMPACT_ROWS = 1 << 16
 """Rows read as columns that are merged by step once this many (or as many as already merged) are pending."""
 
@@ -91,10 +93,10 @@ class Rows:
 
     def add(self, parsed: Parsed, where: int = 0) -> None:
         """One parsed line (``where``: its line number, for problems and for the order of values)."""
-        if parsed is BAD:
+        step = parsed.step
+        if parsed is BAD or (step is not None and not -_INT64 <= step < _INT64):  # a step no table can hold
             self.unparsed.append(where)
             return
-        step = parsed.step
         if parsed.metrics and set(parsed.metrics) - {"epoch"}:
             if step is None:  # a format that prints no step number: number the lines
                 self._count += 1
@@ -169,13 +171,14 @@ class Rows:
                 np.asarray(line_list, np.int64), np.asarray(step_list, np.int64), np.asarray(value_list, np.float64)))
         firsts = {name: _first_by_step(columns[name])[1:] for name in self._names if columns.get(name)}
         all_steps = [steps for steps, _ in firsts.values()]
-        if all_steps and all(np.array_equal(all_steps[0], other) for other in all_steps[1:]):
+        every = bool(all_steps) and all(np.array_equal(all_steps[0], other) for other in all_steps[1:])
+        if every:
             distinct = all_steps[0]  # every metric on every step (most logs): the steps as merged
         else:
             distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
         for name, (first_steps, first_values) in firsts.items():
-            if first_steps is distinct:
+            if every:  # each metric's values already one per step, in the steps' order
                 values[name] = (first_values, np.ones(len(distinct), bool))
                 continue
             column = np.full(len(distinct), np.nan)
@@ -386,8 +389,10 @@ class LineCapture:
         block = columns.Block.of(data)
         unread: npt.NDArray[np.bool_] | None = None  # None: every line of the block
         # Most lines of the last block had no template's shape: look for hint words in every line on another
-        # core (Arrow leaves the interpreter lock) while the templates read theirs, rather than after.
-        early = _Hints(block) if self.hint and self._spread else None
+        # core (Arrow leaves the interpreter lock) while the Python templates read theirs, rather than after. Not
+        # with the compiled reader: it reads a block in a few milliseconds, less than that search's first call
+        # in a process (Arrow's set-up, holding up the first block of a log of step lines only).
+        early = _Hints(block) if self.hint and self._spread and _native.columns() is None else None
         for template in self.templates.for_blocks():
             shape = template.shape()
             if shape is None:  # a shape that cannot be cut into columns: read by the pattern, line by line

@@ -276,8 +276,10 @@ def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.Monk
     at number runs instead. Either way the rows are those of the formats' own parsers, line by line
     (``fast=False``). The log's first thousand lines have their milliseconds equal to the step (``10:00:00,332
     ... step 332``): no template may be learned from such a line (it would read the milliseconds as steps)."""
+    from ledger import _native
     from ledger.ingest.formats import columns
 
+    monkeypatch.setenv(_native.DISABLE, "1")  # the Python reader's ways (the compiled one: test_native_columns)
     used: list[bool] = []
     words = columns._words
     monkeypatch.setattr(columns, "_words", lambda text, shape: used.append((got := words(text, shape)) is not None)
@@ -329,8 +331,11 @@ def test_other_lines_of_blocks_read_as_columns_are_looked_at_whichever_way(monke
     pattern is matched) or, when most lines of the last block were others, in another thread while the
     templates read theirs. Both ways, the rows are the parsers' own, line by line: evals between steps,
     a step line of another shape, an overlong line and lines without any hint word."""
+    from ledger import _native
     from ledger.ingest.formats import columns
     from ledger.ingest.formats import scan as scan_module
+
+    monkeypatch.setenv(_native.DISABLE, "1")  # the Python reader's ways (the compiled one: test_native_columns)
 
     threads: list[bool] = []
     hints = scan_module._Hints

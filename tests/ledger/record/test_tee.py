@@ -218,3 +218,35 @@ def test_the_logs_digest_is_kept_beside_it_for_publishing(tmp_path: Path) -> Non
     (before / "output.log").write_bytes(b"an earlier line\n")
     _, log = _run(before, [b"step 2 loss 1.0\n"])
     assert log == b"an earlier line\nstep 2 loss 1.0\n" and not (before / LOG_DIGEST_FILE).exists()
+
+
+def test_a_backlog_past_the_memory_limit_goes_through_the_file_in_order(tmp_path: Path, monkeypatch) -> None:
+    """The spool keeps its backlog in memory up to MEMORY_LIMIT, then in its file until the writer caught up
+    with it; puts and takes in any interleaving give back every byte in order, in batches of at most BATCH,
+    and memory holds at most the limit."""
+    import random
+
+    from ledger.record import tee as tee_module
+
+    monkeypatch.setattr(tee_module, "MEMORY_LIMIT", 3000)
+    monkeypatch.setattr(tee_module, "BATCH", 700)
+    spool = tee_module._Spool(tmp_path)
+    rng = random.Random(7)
+    sent, got = bytearray(), bytearray()
+    used_file = False
+    for i in range(2000):
+        if rng.random() < 0.55:
+            data = bytes([i % 251]) * rng.randint(1, 1500)
+            spool.put(data)
+            sent += data
+        elif spool.waiting():
+            piece = spool.take()
+            assert piece is not None and 0 < len(piece) <= 700
+            got += piece
+        used_file |= spool.tail > spool.head
+        assert spool.in_memory <= 3000
+    spool.close()
+    while (piece := spool.take()) is not None:
+        got += piece
+    assert used_file and bytes(got) == bytes(sent)
+    spool.discard()
