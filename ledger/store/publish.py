@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
-from ledger.store.integrity import recorded_sha256, sha256_file
+from ledger.store.integrity import recorded_sha256, seal_json, sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
@@ -55,7 +55,7 @@ from ledger.store.merge import empty, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
-from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
+from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload
 from schemas.tables import EXTRA, TABLES
 
 Redact = Callable[[str], str]
@@ -379,8 +379,9 @@ def build(
         receipt = Receipt.model_validate(amend(receipt, tables).model_dump(mode="json"))
         if receipt.artifacts != tuple(artifacts):
             raise ValueError("amend must not change the artifacts")
-    receipt = seal(receipt)
-    write_receipt(tmp, receipt)
+    receipt_id, text = seal_json(receipt.model_dump(mode="json"))  # one dump: the id and receipt.json's text
+    receipt = receipt.model_copy(update={"id": receipt_id})
+    write_receipt(tmp, text)
     return receipt
 
 
