@@ -20,7 +20,7 @@ from helpers import ids_in
 
 from ledger.store import index, integrity, journal
 from ledger.store.integrity import verify_receipt
-from ledger.store.publish import publish, publish_many
+from ledger.store.publish import publish, publish_many, published_as
 from ledger.store.receipts import Ledger
 from ledger.store.staging import Outcome
 from schemas import Receipt, canonical_json, seal
@@ -124,7 +124,8 @@ def test_a_publisher_killed_before_the_journal_is_completed_by_recover(tmp_path:
     proc = subprocess.run([sys.executable, "-c", code, str(ledger.root), str(run_dir)], capture_output=True,
                           env=child_env(LEDGER_FAULT_AT="published"), timeout=120)
     assert proc.returncode == -9, proc.stderr  # killed itself once the receipt was visible
-    rid = (run_dir / "PUBLISHED_AS").read_text().strip()
+    rid = published_as(run_dir)
+    assert rid is not None
     assert ledger.ids() == [rid] and journal.read_from(ledger.root, 0)[0] == []
     from ledger.record.recover import recover
 
