@@ -256,9 +256,10 @@ shared out instead of one publisher holding the lock while readers wait."""
 RACY_NS = 2_000_000_000
 """A shard directory changed this recently may change again within the same mtime tick: its stamp is not
 trusted, and the next sync lists it again (git's "racily clean" rule)."""
-CHUNK = 128
+CHUNK = 256
 """Receipts verified and inserted together, in one transaction (:func:`_add`): a statement costs DuckDB about
-2 ms however few files it reads."""
+2 ms however few files it reads (10,000 receipts: 1.28-1.36 ms of CPU a receipt in chunks of 256, 1.39-1.64 in
+chunks of 128, on the loaded 2-core machine)."""
 VERIFIERS = 2
 """Threads that verify receipts while DuckDB inserts (their Python holds the GIL between reads and hashes: more
 threads than cores only take turns)."""
