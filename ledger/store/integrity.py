@@ -8,6 +8,7 @@ runs before any command uses a receipt (hashing costs about 50 ms for a million-
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from dataclasses import dataclass
@@ -38,8 +39,6 @@ def recorded_sha256(path: Path, record: Path) -> str | None:
     """The sha256 of the file at ``path`` as whoever wrote it recorded it in ``record`` (JSON: ``sha256``,
     ``bytes``, ``mtime_ns``: the output tee, :data:`ledger.store.layout.LOG_DIGEST_FILE`), when the file still
     has that size and modification time; None otherwise (the caller reads the file)."""
-    import json
-
     try:
         facts = json.loads(record.read_bytes())
         st = path.stat()
@@ -161,7 +160,9 @@ def sealed(ledger: Ledger, receipt_id: str, *, directory: Path | None = None, se
     its digest recomputed is not caught here: every column the index takes from it is typed, so DuckDB
     refuses a wrong type and the receipt is listed as damaged, and every command that reads the receipt
     itself, ``show``, ``compare``, ``verify``, validates it with the model.) A receipt of another version is
-    migrated and validated as :func:`verified` does.
+    migrated and validated as :func:`verified` does. A receipt.json that holds its receipt's canonical JSON (as
+    publishing writes it since 2026-12-02) is checked by hashing its bytes, without encoding the JSON again
+    (:func:`_stored_canonical`); one written indented (before) is encoded canonically and hashed.
 
     ``directory``: the receipt's, when the caller found it already. ``seen``: files verified earlier by the same
     caller (a sync), by inode: a file that is the same inode as one verified already, unchanged since (size,
@@ -172,18 +173,26 @@ def sealed(ledger: Ledger, receipt_id: str, *, directory: Path | None = None, se
     if directory is None:
         directory = ledger.path(receipt_id)
     source = directory / RECEIPT_FILE
-    raw = read_receipt_json(source, receipt_id)
-    if raw.get("schema_version") != SCHEMA_VERSION:
-        checked = verified(ledger, receipt_id, rows=False)
-        return Sealed(checked.data, checked.receipt.model_dump_json())
+    stored = _stored_canonical(source, receipt_id)
+    if isinstance(stored, tuple) and stored[0].get("schema_version") == SCHEMA_VERSION:
+        raw, text = stored  # its bytes are the sealed canonical text: nothing to encode again
+    else:
+        raw = stored[0] if isinstance(stored, tuple) else read_receipt_json(source, receipt_id, stored)
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            checked = verified(ledger, receipt_id, rows=False)
+            return Sealed(checked.data, checked.receipt.model_dump_json())
+        try:
+            blank, text = _canonical_texts(raw)
+        except (TypeError, ValueError) as exc:
+            raise InvalidReceipt(f"{source}: not a receipt ({type(exc).__name__}: {exc}); run `ledger verify "
+                                 f"{receipt_id[:12]}`") from exc
+        if raw.get("id") != receipt_id or hashlib.sha256(blank).hexdigest() != receipt_id:
+            raise DamagedReceipt(f"{RECEIPT_FILE}: content digest does not match the id: edited after publishing")
     try:
-        blank, text = _canonical_texts(raw)
         artifacts = [(str(a["path"]), int(a["bytes"]), str(a["sha256"])) for a in raw["artifacts"]]
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise InvalidReceipt(f"{source}: not a receipt ({type(exc).__name__}: {exc}); run `ledger verify "
                              f"{receipt_id[:12]}`") from exc
-    if raw.get("id") != receipt_id or hashlib.sha256(blank).hexdigest() != receipt_id:
-        raise DamagedReceipt(f"{RECEIPT_FILE}: content digest does not match the id: edited after publishing")
     names = set(os.listdir(directory))
     for path, size, digest in artifacts:
         problem = _file_problem(directory, path, size, digest, seen) if path in names else "missing"
@@ -193,6 +202,35 @@ def sealed(ledger: Ledger, receipt_id: str, *, directory: Path | None = None, se
     if extra:
         raise DamagedReceipt(f"{extra[0]}: not listed in the receipt (added after publishing)")
     return Sealed(raw, text)
+
+
+def _stored_canonical(source: Path, receipt_id: str) -> tuple[dict[str, Any], str] | bytes | None:
+    """(the receipt's JSON values, its text) when ``receipt.json`` holds its canonical JSON as publishing writes
+    it (:func:`ledger.store.receipts.write_receipt`) and that text with its id blanked is what the id is the sha256
+    of; otherwise the file's bytes (a receipt written indented by an older version, or damaged: the caller
+    decides which), or None when it cannot be read.
+
+    The check reads the bytes once and hashes them once, with no JSON encoding: the id is the sha256 of exactly one
+    text, so bytes that hash to it once ``"id":"<id>"`` (its first occurrence) is blanked are that text, the
+    receipt's canonical JSON with its id blanked; the stored id is then checked to be that occurrence (the top
+    level's), so the file is the canonical JSON of the sealed receipt, id included, byte for byte."""
+    try:
+        data = source.read_bytes()
+    except OSError:
+        return None  # read_receipt_json says what is wrong
+    if not data.startswith(b'{"'):  # indented (or not a receipt)
+        return data
+    body = data[:-1] if data.endswith(b"\n") else data
+    blank = body.replace(b'"id":"' + receipt_id.encode() + b'"', b'"id":""', 1)
+    if len(blank) == len(body) or hashlib.sha256(blank).hexdigest() != receipt_id:
+        return data
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        return data
+    if not isinstance(raw, dict) or raw.get("id") != receipt_id:
+        return data
+    return raw, body.decode()
 
 
 _WHOLE_READ = 8 << 20
@@ -240,15 +278,29 @@ def _file_problem(
 
 def _canonical_texts(raw: dict[str, Any]) -> tuple[bytes, str]:
     """(the canonical JSON with the id blanked: what the id is the digest of; the canonical JSON itself),
-    from one serialisation: the keys sorted before ``id`` and those after it, each part encoded once, then
-    joined around ``"id":""`` and around the id itself."""
+    from one serialisation (:func:`_canonical_parts`)."""
+    before, after = _canonical_parts(raw)
+    return _join(before, '""', after).encode(), _join(before, _CANONICAL.encode(raw.get("id")), after)
+
+
+def seal_json(data: dict[str, Any]) -> tuple[str, str]:
+    """(the id, the canonical JSON) of a receipt's JSON values sealed, whatever id they hold: the id is the sha256
+    of their canonical JSON with the id blanked, as :func:`schemas.seal` makes it, from one serialisation (the
+    publisher's receipt.json, :func:`ledger.store.receipts.write_receipt`)."""
+    before, after = _canonical_parts(data)
+    receipt_id = hashlib.sha256(_join(before, '""', after).encode()).hexdigest()
+    return receipt_id, _join(before, f'"{receipt_id}"', after)
+
+
+def _canonical_parts(raw: dict[str, Any]) -> tuple[str, str]:
+    """The canonical JSON of the keys sorted before ``id`` and of those after it, each without its braces."""
     before = _CANONICAL.encode({k: v for k, v in raw.items() if k < "id"})[1:-1]
     after = _CANONICAL.encode({k: v for k, v in raw.items() if k > "id"})[1:-1]
+    return before, after
 
-    def whole(id_text: str) -> str:
-        return "{" + ",".join(part for part in (before, f'"id":{id_text}', after) if part) + "}"
 
-    return whole('""').encode(), whole(_CANONICAL.encode(raw.get("id")))
+def _join(before: str, id_text: str, after: str) -> str:
+    return "{" + ",".join(part for part in (before, f'"id":{id_text}', after) if part) + "}"
 
 
 def _row_findings(receipt_id: str, directory: os.PathLike[str], tables: list[Any]) -> list[Finding]:

@@ -12,7 +12,8 @@ Layout (under the ledger's ``.staging/``, which must be on a filesystem every no
 
 Node 0 assembles the job directory into a single-run staging directory (rank directories linked from the
 nodes, merged log, telemetry and problems, the job's stack with every node's) and publishes it with
-:func:`ledger.store.publish.publish`, which keeps its exactly-once guarantee (lock + ``PUBLISHED_AS``).
+:func:`ledger.store.publish.publish`, which keeps its exactly-once guarantee (the lock, and the id it marks
+the staging directory with).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``<root>/journal`` holds one id a line, appended (``O_APPEND``, one ``write`` per line, fsync'ed) by
 :func:`ledger.store.publish.publish` once the receipt is in place and before the staging directory goes.
-A publisher that dies between the two leaves its staging directory with ``PUBLISHED_AS``, and ``ledger
-recover`` appends the line then; an id written twice is harmless. A reader keeps the byte offset it has
-read up to and reads only what follows. A line torn by a crash is followed by the next complete line on the
+A publisher that dies between the two leaves its staging directory marked with the id (in its lock's file),
+and ``ledger recover`` appends the line then; an id written twice is harmless. A reader keeps the byte offset
+it has read up to and reads only what follows. A line torn by a crash is followed by the next complete line on the
 same line: a line's id is its last 64 characters, so the torn start is ignored and nothing after it is lost.
 Receipts that arrive without a publish (``dvc pull``, a copy) are found by the index's shard check
 (:mod:`ledger.store.index`), not here.

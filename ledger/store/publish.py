@@ -6,15 +6,18 @@ Order of operations (each step survives a crash of the publisher at any point):
    released by the kernel if the holder dies);
 2. merge every rank's files into Parquet under ``<root>/.tmp-<uuid>/``, hash them, build and validate
    the receipt, seal its id;
-3. write ``PUBLISHED_AS`` (the id) into the staging directory;
+3. mark the staging directory with the id: write it into the lock's file (``lock``) and flush it to disk;
 4. rename ``.tmp-<uuid>`` to ``<root>/<id[:2]>/<id>`` — the one atomic step that makes the receipt visible;
 5. append the id to the journal (:mod:`ledger.store.journal`), so that syncing the index lists nothing;
 6. remove the staging directory.
 
 A publisher killed before 4 leaves an invisible temporary directory and a staging directory that
-``ledger recover`` publishes again; killed after 4, recover finds ``PUBLISHED_AS`` pointing at an existing
-receipt and only appends it to the journal (again: a duplicate line is harmless) and removes the staging
-directory. Readers only ever see complete receipts.
+``ledger recover`` publishes again (a mark that names no receipt is written over); killed after 4, recover
+finds the mark naming an existing receipt and only appends it to the journal (again: a duplicate line is
+harmless) and removes the staging directory. Readers only ever see complete receipts. (Until 2026-12-02 the
+mark was a file of its own, ``PUBLISHED_AS``: still honoured, for a staging directory a publisher of an older
+version left; the lock's file already exists, so the mark creates no file: each file created cost a bulk
+publish the search for a free inode, :func:`_write_table`.)
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ from pydantic import ValidationError
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
-from ledger.store.integrity import recorded_sha256, sha256_file
+from ledger.store.integrity import recorded_sha256, seal_json, sha256_file
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
+    ID_RE,
     JSONL_SUFFIX,
+    LOCK_FILE,
     LOG_DIGEST_FILE,
     LOG_FILE,
     RUNTIME_FILE,
@@ -55,7 +60,7 @@ from ledger.store.merge import empty, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
-from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload, seal
+from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload
 from schemas.tables import EXTRA, TABLES
 
 Redact = Callable[[str], str]
@@ -63,6 +68,8 @@ RuntimeMerge = Callable[[Stack, dict[int, dict[str, Any]]], tuple[Stack, list[st
 """Folds the ranks' runtime facts into a stack; returns it and notes (see ``publish``)."""
 
 PUBLISHED_MARK = "PUBLISHED_AS"
+"""The file that marked a staging directory with the id it was published as before 2026-12-02 (now the lock's
+file holds the mark: :func:`published_as`)."""
 
 def _read_problems(run_dir: Path) -> list[Problem]:
     path = run_dir / PROBLEMS_FILE
@@ -324,7 +331,8 @@ def build(
             table, bad = read_table(run_dir, name, coded=True, dirs=dirs)
         else:
             table, bad = empty(TABLES[name]), []
-        table = _redact_strings(table, redact)
+        if table.num_rows:  # an empty table holds no string to redact
+            table = _redact_strings(table, redact)
         problems.extend(bad)
         if name == "events" and table.num_rows:
             table = table.set_column(
@@ -379,8 +387,9 @@ def build(
         receipt = Receipt.model_validate(amend(receipt, tables).model_dump(mode="json"))
         if receipt.artifacts != tuple(artifacts):
             raise ValueError("amend must not change the artifacts")
-    receipt = seal(receipt)
-    write_receipt(tmp, receipt)
+    receipt_id, text = seal_json(receipt.model_dump(mode="json"))  # one dump: the id and receipt.json's text
+    receipt = receipt.model_copy(update={"id": receipt_id})
+    write_receipt(tmp, text)
     return receipt
 
 
@@ -542,8 +551,7 @@ def publish_many(
                 built.append((k, tmp))
                 receipts[k] = build(ledger, run_dir, outcome, tmp, redact, own or amend, runtime, empties)
             fault("publishing")
-            marks = [(items[k][0] / PUBLISHED_MARK, _sealed(receipts[k]).id) for k, _ in built]
-            _write_all_synced(marks)
+            _mark_all([(items[k][0], _sealed(receipts[k]).id) for k, _ in built])
             targets = []
             for k, tmp in built:
                 receipt_id = _sealed(receipts[k]).id
@@ -577,21 +585,45 @@ def _sealed(receipt: Receipt | None) -> Receipt:
 
 def _already_published(ledger: Ledger, run_dir: Path) -> str | None:
     """The id a staging directory was published as, when a publisher died after the rename (recover)."""
-    mark = run_dir / PUBLISHED_MARK
-    if not mark.exists():
-        return None
-    done = mark.read_text().strip()
-    return done if ledger.path(done).is_dir() else None
+    done = published_as(run_dir)
+    return done if done is not None and ledger.path(done).is_dir() else None
 
 
-def _write_all_synced(files: list[tuple[Path, str]]) -> None:
-    """Write small files and flush them all to disk, the flushes in parallel (one journal commit of the
-    file system covers those that wait together)."""
-    if len(files) <= 1:  # none: every run of the group was published already (recover)
-        for path, text in files:
-            _write_synced(path, text)
+def published_as(run_dir: Path) -> str | None:
+    """The id a staging directory is marked with (step 3 of publishing): the content of its lock's file, or of
+    the ``PUBLISHED_AS`` file an older publisher wrote; None when it holds none."""
+    for name in (LOCK_FILE, PUBLISHED_MARK):
+        try:
+            fd = os.open(os.path.join(run_dir, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            text = os.read(fd, 256).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        if ID_RE.match(text):
+            return text
+    return None
+
+
+def _mark_all(marks: list[tuple[Path, str]]) -> None:
+    """Mark staging directories with their ids and flush the marks to disk, the flushes in parallel (one
+    journal commit of the file system covers those that wait together)."""
+    if len(marks) <= 1:  # none: every run of the group was published already (recover)
+        for run_dir, receipt_id in marks:
+            _mark(run_dir, receipt_id)
         return
-    list(_flushers().map(lambda f: _write_synced(*f), files))
+    list(_flushers().map(lambda m: _mark(*m), marks))
+
+
+def _mark(run_dir: Path, receipt_id: str) -> None:
+    """Write the id into the staging directory's lock file (which the publisher holds locked) and flush it."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        os.write(fd, receipt_id.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _FLUSHERS: list[Any] = []
@@ -613,13 +645,6 @@ def _fsync_dirs(paths: list[Path]) -> None:
             _fsync_dir(path)
         return
     list(_flushers().map(_fsync_dir, paths))
-
-
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:

@@ -108,11 +108,11 @@ class Ledger:
         return parse_receipt(data, self.path(receipt_id) / RECEIPT_FILE)
 
 
-def read_receipt_json(path: Path, receipt_id: str) -> dict[str, Any]:
+def read_receipt_json(path: Path, receipt_id: str, data: bytes | None = None) -> dict[str, Any]:
     """A receipt.json as written (not migrated), or an error naming the file: missing (damaged: `ledger
-    verify` says more), not JSON, or not a JSON object."""
+    verify` says more), not JSON, or not a JSON object. ``data``: its bytes, when the caller read them."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(path.read_bytes() if data is None else data)
     except FileNotFoundError as exc:
         raise DamagedReceipt(f"{path} is missing; run `ledger verify {receipt_id[:12]}`") from exc
     except (OSError, ValueError) as exc:
@@ -137,8 +137,16 @@ def parse_receipt(data: dict[str, Any], source: Path | str) -> Receipt:
         raise InvalidReceipt(f"{source}: field {field}: {err['msg']}{more}") from exc
 
 
-def write_receipt(directory: Path, receipt: Receipt) -> Path:
-    """Write receipt.json into a directory that is not yet published."""
+def write_receipt(directory: Path, receipt: Receipt | str) -> Path:
+    """Write receipt.json into a directory that is not yet published: the receipt's canonical JSON (sorted keys,
+    no whitespace, UTF-8: :func:`schemas.canonical_json`), the text whose sha256, with the id blanked, is the id
+    (``receipt`` may be that text already). Anyone can check a receipt.json against its id from its bytes, and
+    the index verifies it by hashing them (:func:`ledger.store.integrity.sealed`); `ledger show --json`
+    prints it indented. Receipts written before 2026-12-02 hold the same JSON indented; both are read alike."""
+    from schemas import canonical_json
+
     path = directory / RECEIPT_FILE
-    path.write_text(json.dumps(receipt.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    text = receipt.encode() if isinstance(receipt, str) else canonical_json(receipt.model_dump(mode="json"))
+    with open(path, "wb") as f:
+        f.write(text + b"\n")
     return path

@@ -2,7 +2,7 @@
 directory written by hand, file by file, with every kind of damaged or partial input the wrapper and the SDK can
 leave, published with :func:`ledger.store.publish.publish`; every field of the receipt and every problem it
 carries checked against values written here (hashes by hashlib, rows by hand), and the publish protocol
-(lock, ``PUBLISHED_AS``, the journal, the temporary directory) checked on the files it leaves."""
+(the lock and the id it is marked with, the journal, the temporary directory) checked on the files it leaves."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from ledger.redact import REDACTED, Redactor
 from ledger.store.journal import read_from
 from ledger.store.layout import JOURNAL, STAGING
-from ledger.store.publish import PUBLISHED_MARK, build, publish, sha256_file
+from ledger.store.publish import PUBLISHED_MARK, build, publish, published_as, sha256_file
 from ledger.store.receipts import Ledger
 from ledger.store.staging import (
     Outcome,
@@ -303,7 +303,7 @@ def test_amend_sees_the_tables_and_may_not_change_the_artifacts(tmp_path: Path) 
 
     with pytest.raises(ValueError, match="^amend must not change the artifacts$"):
         publish(lg, run, Outcome("succeeded"), redact=redact, amend=bad)
-    assert run.is_dir() and not (run / PUBLISHED_MARK).exists()  # nothing lost, nothing half-published
+    assert run.is_dir() and published_as(run) is None  # nothing lost, nothing half-published
     assert not [p for p in lg.root.iterdir() if p.name.startswith(".tmp-")]
     assert lg.ids() == [r.id] and (lg.root / JOURNAL).read_text() == r.id + "\n"
 
@@ -340,16 +340,18 @@ def test_identical_content_in_the_old_flat_layout_is_not_published_again(tmp_pat
     assert not [p for p in lg.root.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_a_staging_directory_already_published_is_only_cleaned_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mark", ["lock", PUBLISHED_MARK])  # the lock's file; the file of publishers before
+def test_a_staging_directory_already_published_is_only_cleaned_up(tmp_path: Path, mark: str) -> None:
     lg = Ledger(tmp_path)
     first = publish(lg, staging(lg, name="a"), Outcome("succeeded"), redact=redact)
-    again = staging(lg, name="b")  # a publisher killed after its rename: PUBLISHED_AS names the receipt
-    (again / PUBLISHED_MARK).write_text(first.id + "\n")
+    again = staging(lg, name="b")  # a publisher killed after its rename: the mark names the receipt
+    (again / mark).write_text(first.id + "\n")
+    assert published_as(again) == first.id
     got = publish(lg, again, Outcome("failed"), redact=redact)
     assert got == first and not again.exists()
     assert (lg.root / JOURNAL).read_text() == f"{first.id}\n{first.id}\n"
-    stale = staging(lg, name="c")  # PUBLISHED_AS naming a receipt that is not there: published anew
-    (stale / PUBLISHED_MARK).write_text("f" * 64)
+    stale = staging(lg, name="c")  # a mark naming a receipt that is not there: published anew
+    (stale / mark).write_text("f" * 64)
     third = publish(lg, stale, Outcome("failed"), redact=redact)
     assert third.id != first.id and third.status == "failed" and sorted(lg.ids()) == sorted([first.id, third.id])
 
@@ -361,7 +363,7 @@ def test_the_published_mark_is_written_before_the_rename(tmp_path: Path) -> None
     real = os.rename
 
     def rename(src: Any, dst: Any) -> None:
-        seen.append((run / PUBLISHED_MARK).read_text())
+        seen.append((run / "lock").read_text())
         real(src, dst)
 
     os.rename = rename  # type: ignore[assignment]
@@ -462,7 +464,7 @@ def test_a_publisher_killed_before_the_rename_leaves_nothing_visible(tmp_path: P
     lg = Ledger(tmp_path)
     run = staging(lg)
     _killed_at("publishing", lg, run)
-    assert lg.ids() == [] and not (run / PUBLISHED_MARK).exists() and not (lg.root / JOURNAL).exists()
+    assert lg.ids() == [] and published_as(run) is None and not (lg.root / JOURNAL).exists()
     assert len([p for p in lg.root.iterdir() if p.name.startswith(".tmp-")]) == 1  # invisible, left behind
     r = publish(lg, run, Outcome("succeeded", ended_at=ENDED), redact=redact)  # what `ledger recover` does
     assert lg.ids() == [r.id] and not run.exists()
@@ -472,7 +474,8 @@ def test_a_publisher_killed_after_the_rename_is_completed_by_the_next(tmp_path: 
     lg = Ledger(tmp_path)
     run = staging(lg)
     _killed_at("published", lg, run)
-    rid = (run / PUBLISHED_MARK).read_text()
+    rid = (run / "lock").read_text()  # the mark, in the lock's file: no file of its own
+    assert published_as(run) == rid and not (run / PUBLISHED_MARK).exists()
     assert lg.ids() == [rid] and not (lg.root / JOURNAL).exists() and run.is_dir()
     again = publish(lg, run, Outcome("failed"), redact=redact)  # only the journal and the clean-up are left
     assert again.id == rid and again.status == "succeeded" and (lg.root / JOURNAL).read_text() == rid + "\n"

@@ -3,6 +3,7 @@ the migration, and the one-line error for each way a receipt.json can be damaged
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -120,8 +121,14 @@ def test_a_receipt_of_the_wrong_shape_names_the_root(tmp_path: Path) -> None:
         parse_receipt([], "src.json")  # type: ignore[arg-type]
 
 
-def test_receipt_json_is_written_sorted_and_indented(tmp_path: Path) -> None:
-    _, r = _published(tmp_path)
+def test_receipt_json_is_written_as_the_text_its_id_digests(tmp_path: Path) -> None:
+    """receipt.json holds the canonical JSON (sorted keys, no whitespace, UTF-8) and one newline: its bytes with
+    the id blanked hash to the id, with nothing but sha256 and the standard library's encoder."""
+    lg, r = _published(tmp_path)
+    published = (lg.path(r.id) / "receipt.json").read_bytes()
+    text = json.dumps(r.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert published == text.encode() + b"\n"
+    blank = published[:-1].replace(f'"id":"{r.id}"'.encode(), b'"id":""')
+    assert hashlib.sha256(blank).hexdigest() == r.id
     path = write_receipt(tmp_path, r)
-    assert path == tmp_path / "receipt.json"
-    assert path.read_text() == json.dumps(r.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    assert path == tmp_path / "receipt.json" and path.read_bytes() == published

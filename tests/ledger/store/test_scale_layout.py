@@ -20,7 +20,7 @@ from helpers import ids_in
 
 from ledger.store import index, integrity, journal
 from ledger.store.integrity import verify_receipt
-from ledger.store.publish import publish, publish_many
+from ledger.store.publish import publish, publish_many, published_as
 from ledger.store.receipts import Ledger
 from ledger.store.staging import Outcome
 from schemas import Receipt, canonical_json, seal
@@ -124,7 +124,8 @@ def test_a_publisher_killed_before_the_journal_is_completed_by_recover(tmp_path:
     proc = subprocess.run([sys.executable, "-c", code, str(ledger.root), str(run_dir)], capture_output=True,
                           env=child_env(LEDGER_FAULT_AT="published"), timeout=120)
     assert proc.returncode == -9, proc.stderr  # killed itself once the receipt was visible
-    rid = (run_dir / "PUBLISHED_AS").read_text().strip()
+    rid = published_as(run_dir)
+    assert rid is not None
     assert ledger.ids() == [rid] and journal.read_from(ledger.root, 0)[0] == []
     from ledger.record.recover import recover
 
@@ -353,3 +354,47 @@ def test_a_reader_catches_up_in_rounds_and_a_quiet_ledger_fully(
         assert index._catch_up(ledger, con) == 0
         assert index.is_current(ledger, con)
     assert _indexed(ledger) == [(rid, 3) for rid in sorted(ids)]
+
+
+def test_threads_index_many_receipts_by_chunks_and_name_the_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many receipts are shared out to threads, a chunk each, each chunk in its own transaction through its own
+    cursor (chunks of 2 here, so that 8 receipts take that path): every good receipt is indexed with all its
+    rows, including one whose receipt.json is indented as published before 2026-12-02, and each damaged one
+    is named, its chunk's other receipt indexed: a byte changed in a steps file, a value changed in a
+    receipt.json written canonically, a receipt re-sealed with a wrong row count."""
+    monkeypatch.setattr(index, "CHUNK", 2)
+    ledger = Ledger(tmp_path / "receipts")
+    ledger.ensure_writable()
+    runs = [(_stage(ledger, i, steps=2 + i), Outcome(status="succeeded", exit_code=0)) for i in range(8)]
+    receipts = publish_many(ledger, runs, redact=lambda s: s)
+    ids = [r.id for r in receipts]
+    steps_of = {r.id: 2 + i for i, r in enumerate(receipts)}
+    old = ledger.path(ids[0]) / "receipt.json"  # the layout before: indented, its id unchanged
+    old.write_text(json.dumps(json.loads(old.read_bytes()), indent=2, sort_keys=True) + "\n")
+    flipped = ledger.path(ids[1]) / "steps.parquet"
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    edited = ledger.path(ids[2]) / "receipt.json"
+    text = edited.read_bytes()
+    assert text.startswith(b'{"artifacts":') and b'"name":"r2"' in text  # canonical, as published
+    edited.write_bytes(text.replace(b'"name":"r2"', b'"name":"r9"'))
+    victim = receipts[3]
+    wrong = seal(Receipt.model_validate(dict(victim.model_dump(mode="json"), artifacts=[
+        dict(a.model_dump(mode="json"), rows=9) if a.path == "steps.parquet" else a.model_dump(mode="json")
+        for a in victim.artifacts])))
+    target = ledger.new_path(wrong.id)
+    target.parent.mkdir(exist_ok=True)
+    os.rename(ledger.path(victim.id), target)
+    (target / "receipt.json").write_bytes(canonical_json(wrong.model_dump(mode="json")))
+    result = index.reindex(ledger)
+    good = sorted([ids[0], *ids[4:]])
+    assert result.added == good and set(result.damaged) == {ids[1], ids[2], wrong.id}
+    assert "steps.parquet: sha256 does not match" in result.damaged[ids[1]]
+    assert "content digest does not match the id" in result.damaged[ids[2]]
+    assert f"{5} rows, listed as 9" in result.damaged[wrong.id]
+    assert _indexed(ledger) == [(rid, steps_of[rid]) for rid in good]
+    with index.reader(ledger) as con:
+        assert con.execute("SELECT count(*) FROM damaged").fetchone() == (3,)
