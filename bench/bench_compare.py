@@ -33,7 +33,7 @@ absolute times on a shared machine move with its load.)
 Target: ours (plugins included) within 20x of it; ``ratio`` = ours / floor.
 
     .venv/bin/python bench/bench_compare.py [--steps 1000000] [--routing-rows 200000] [--reps 5]
-                                            [--mlflow-points 100000]
+                                            [--mlflow-points 100000] [--mlflow-python PATH]
 """
 
 from __future__ import annotations
@@ -202,9 +202,9 @@ def mlflow_child(workdir: Path, points: int) -> None:
                       "points": 2 * points}), flush=True)
 
 
-def time_mlflow(workdir: Path, points: int) -> dict[str, Any]:
+def time_mlflow(workdir: Path, points: int, python: str = sys.executable) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, __file__, "--mlflow-child", "--workdir", str(workdir),
+    proc = subprocess.run([python, __file__, "--mlflow-child", "--workdir", str(workdir),
                            "--mlflow-points", str(points)], capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"MLflow child failed:\n{proc.stderr[-3000:]}")
@@ -221,6 +221,8 @@ def main() -> None:
     p.add_argument("--mlflow-points", type=int, default=MLFLOW_POINTS,
                    help="points of one metric logged per run and read back (the rest is extrapolated)")
     p.add_argument("--skip-mlflow", action="store_true")
+    p.add_argument("--mlflow-python", default=sys.executable,
+                   help="an interpreter that can import mlflow (default: this one), as the other benches take it")
     p.add_argument("--mlflow-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -286,7 +288,7 @@ def main() -> None:
                                   "ratio": None, "target": None, "met": None,
                                   "note": "MLflow skipped; the target is compare_1m_steps_vs_duckdb_scan's"}))
             return
-        ml = time_mlflow(root / "mlflow", args.mlflow_points)
+        ml = time_mlflow(root / "mlflow", args.mlflow_points, args.mlflow_python)
         per_point = ml["read_s"] / ml["points"]
         reference = per_point * total_points
         print(f"MLflow: logged {ml['points']:,} points in {ml['logging_s']:.1f} s; get_metric_history read them in "
