@@ -210,13 +210,18 @@ def steady_median_step_time(planted: Planted, name: str) -> float:
 
 
 def within(share: dict[str, Any], truth: float) -> None:
-    """The share's 95% interval is tight (under 0.25 in log throughput, where the effect is -0.3 to -0.65 as
-    load slows the compute; 0.11 was seen under load 30) and holds the truth up to its own width: a run of
-    this test is one draw, and a correct 95% interval misses the truth by more than a full half-width beyond
-    its end (over 2x the t-quantile) with probability under 0.5% at the df these sides give, while a biased
-    or too-narrow one still fails (the calibration tests measure the coverage itself over many draws)."""
+    """The share's 95% interval is tight (under 0.4 in log throughput, where the effect is -0.3 to -0.65 as
+    load slows the compute) and holds the truth up to its own width: a run of this test is one draw, and a
+    correct 95% interval misses the truth by more than a full half-width beyond its end (over 2x the
+    t-quantile) with probability under 0.5% at the df these sides give, while a biased or too-narrow one still
+    fails (the calibration tests measure the coverage itself over many draws).
+
+    The width is the seven runs' own noise, which this test cannot control (they share the machine's cores):
+    usually about 0.1 (0.097 and 0.11 seen, the latter under load 30), and 0.35 in one CI run on 2026-12-02
+    (a correct interval around one slow replicate), which the earlier bound of 0.25 failed. 0.4 still refuses
+    an interval as wide as the effect itself."""
     lo, hi = share["ci"]
-    assert hi - lo < 0.25, share
+    assert hi - lo < 0.4, share
     half = (hi - lo) / 2
     assert lo - half <= truth <= hi + half, (truth, share)
 
