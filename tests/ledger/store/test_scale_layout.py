@@ -134,24 +134,30 @@ def test_a_publisher_killed_before_the_journal_is_completed_by_recover(tmp_path:
     assert _indexed(ledger) == [(rid, 3)]
 
 
+def _resealed_with_rows(ledger: Ledger, victim: Receipt, rows: int) -> tuple[Receipt, Path]:
+    """``victim`` re-sealed with a wrong row count for its steps file (digest and sizes consistent), its
+    directory moved to the new id's place; the caller writes the new receipt.json there."""
+    wrong = seal(Receipt.model_validate(dict(victim.model_dump(mode="json"), artifacts=[
+        dict(a.model_dump(mode="json"), rows=rows) if a.path == "steps.parquet" else a.model_dump(mode="json")
+        for a in victim.artifacts])))
+    target = ledger.new_path(wrong.id)
+    target.parent.mkdir(exist_ok=True)
+    os.rename(ledger.path(victim.id), target)
+    return wrong, target
+
+
 def test_a_batch_names_a_receipt_whose_rows_disagree_and_indexes_the_others(tmp_path: Path) -> None:
     """A receipt re-sealed with a wrong row count (digest and sizes consistent) is caught by the batch's
     check of the Parquet footers; the rest of its batch is indexed."""
     ledger = Ledger(tmp_path / "receipts")
     ids = _publish(ledger, 4)
-    victim = ledger.load(ids[1])
-    wrong = seal(Receipt.model_validate(dict(victim.model_dump(mode="json"), artifacts=[
-        dict(a.model_dump(mode="json"), rows=7) if a.path == "steps.parquet" else a.model_dump(mode="json")
-        for a in victim.artifacts])))
-    target = ledger.new_path(wrong.id)
-    target.parent.mkdir(exist_ok=True)
-    os.rename(ledger.path(victim.id), target)
+    wrong, target = _resealed_with_rows(ledger, ledger.load(ids[1]), 7)
     (target / "receipt.json").write_text(json.dumps(wrong.model_dump(mode="json"), indent=2, sort_keys=True))
     with index.writable(ledger) as con:
         index._drop_all(con)
         index._ensure_schema(con)
         result = index.sync(ledger, con, full=True)
-    assert sorted(result.added) == sorted(set(ids) - {victim.id})
+    assert sorted(result.added) == sorted(set(ids) - {ids[1]})
     assert list(result.damaged) == [wrong.id] and "3 rows, listed as 7" in result.damaged[wrong.id]
 
 
@@ -381,13 +387,7 @@ def test_threads_index_many_receipts_by_chunks_and_name_the_damaged(
     text = edited.read_bytes()
     assert text.startswith(b'{"artifacts":') and b'"name":"r2"' in text  # canonical, as published
     edited.write_bytes(text.replace(b'"name":"r2"', b'"name":"r9"'))
-    victim = receipts[3]
-    wrong = seal(Receipt.model_validate(dict(victim.model_dump(mode="json"), artifacts=[
-        dict(a.model_dump(mode="json"), rows=9) if a.path == "steps.parquet" else a.model_dump(mode="json")
-        for a in victim.artifacts])))
-    target = ledger.new_path(wrong.id)
-    target.parent.mkdir(exist_ok=True)
-    os.rename(ledger.path(victim.id), target)
+    wrong, target = _resealed_with_rows(ledger, receipts[3], 9)
     (target / "receipt.json").write_bytes(canonical_json(wrong.model_dump(mode="json")))
     result = index.reindex(ledger)
     good = sorted([ids[0], *ids[4:]])
