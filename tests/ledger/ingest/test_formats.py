@@ -163,6 +163,33 @@ def test_lightning_metrics_csv(tmp_path: Path) -> None:
     assert sorted(rows.evals) == [(19, "val", "acc", 0.41), (19, "val", "loss", 1.98)]
 
 
+def test_lightning_metrics_csv_of_a_real_run() -> None:
+    """A real ``metrics.csv`` (on_step and on_epoch logging: ``_step`` and ``_epoch`` columns, empty cells):
+    each row is the step it names; ``train_loss_step`` is the loss, the epoch aggregates stay their own
+    metrics at the epoch's last step."""
+    path = LOGS / "lightning_metrics.csv"
+    assert lightning.looks_like(path)
+    rows = rows_of(lightning.NAME, lightning.parse_csv(path))
+    assert sorted(rows.steps) == [49, 62, 99, 125, 149]
+    assert rows.steps[49] == {"loss": 0.5179452385386695, "epoch": 0, "dynamics_loss_step": 0.0733703225851059,
+                              "initial_omega_loss_step": 0.0299767404794693,
+                              "initial_theta_loss_step": 0.41459816694259644}
+    assert rows.steps[62] == {"epoch": 0, "train_loss_epoch": 0.875815351867729,
+                              "dynamics_loss_epoch": 0.26755237579345703,
+                              "initial_omega_loss_epoch": 0.039364561438560486,
+                              "initial_theta_loss_epoch": 0.5688983798027039}
+    assert rows.steps[99]["loss"] == 0.43816835700837986 and rows.steps[99]["epoch"] == 1
+    assert rows.steps[149]["loss"] == 0.45186219058727756 and "loss" not in rows.steps[125]
+    assert rows.evals == []
+
+
+def test_lightning_validation_only_rows_are_evals_and_no_steps() -> None:
+    rows = rows_of(lightning.NAME, lightning.parse_csv(LOGS / "lightning_val_metrics.csv"))
+    assert rows.steps == {}
+    assert sorted(rows.evals) == [(1, "val", "loss", 2.2744691371917725), (3, "val", "loss", 2.23516583442688),
+                                  (5, "val", "loss", 2.179199695587158), (7, "val", "loss", 2.1267104148864746)]
+
+
 def _rows(capture: LineCapture) -> tuple[dict, list, list]:
     best = capture.best()
     assert best is not None
