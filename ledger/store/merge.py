@@ -243,10 +243,9 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
                 continue
             for key, value in row.items():
                 into[key].append(value)
-    table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema}, schema=schema)
+    table = _table(columns, schema)
     if routing and long_columns["step"]:
-        long = pa.table({f.name: pa.array(long_columns[f.name], type=f.type) for f in ROUTING_LONG},
-                        schema=ROUTING_LONG)
+        long = _table(long_columns, ROUTING_LONG)
         table = pa.concat_tables([table, as_lists(long)])
     problems = []
     if bad:
@@ -273,6 +272,51 @@ def _lines(f: BinaryIO) -> Iterator[bytes | None]:
         yield raw
 
 
+def _table(columns: dict[str, list[Any]], schema: pa.Schema) -> pa.Table:
+    """The rows read, as a table of ``schema``: a column no row gave a value is made as nulls at once (most of a
+    table's columns in most runs; ``pa.array`` of a list of None costs twice as much)."""
+    arrays = []
+    for f in schema:
+        values = columns[f.name]
+        if values.count(None) == len(values):
+            arrays.append(pa.nulls(len(values), f.type))
+        else:
+            arrays.append(pa.array(values, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+_LIST, _INT, _FLOAT, _BOOL, _TEXT, _MAP = range(6)
+_PLANS: dict[int, tuple[pa.Schema, tuple[tuple[str, int, pa.Field], ...]]] = {}
+
+
+def _plan(schema: pa.Schema) -> tuple[tuple[str, int, pa.Field], ...]:
+    """(name, kind, field) of each column of ``schema``, its kind looked up once per schema, not once per value
+    (a JSON line's row went through every column's type tests: 60 us a row of the steps table)."""
+    known = _PLANS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    plan = tuple((f.name, _kind(f), f) for f in schema)
+    if len(_PLANS) >= 64:  # the tables' schemas are module constants: a few; never more than this kept
+        _PLANS.clear()
+    _PLANS[id(schema)] = (schema, plan)
+    return plan
+
+
+def _kind(field: pa.Field) -> int:
+    t = field.type
+    if field.type == EXTRA:
+        return _MAP
+    if pa.types.is_list(t):
+        return _LIST
+    if pa.types.is_integer(t):
+        return _INT
+    if pa.types.is_floating(t):
+        return _FLOAT
+    if pa.types.is_boolean(t):
+        return _BOOL
+    return _TEXT
+
+
 def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
@@ -283,16 +327,20 @@ def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict
             if isinstance(value, int | float) and not isinstance(value, bool):
                 extra[str(key)] = float(value)
             continue
-    for field in schema:
-        value = obj.get(field.name)
-        if field.name == "rank" and value is None:
+    for name, kind, field in _plan(schema):
+        value = obj.get(name)
+        if name == "rank" and value is None:
             value = rank
-        if field.type == EXTRA:
+        if kind == _MAP:
             given = value if isinstance(value, dict) else {}
             merged = {str(k): float(v) for k, v in given.items() if _is_number(v)} | extra
-            row[field.name] = list(merged.items()) or None
-            continue
-        row[field.name] = _coerce_value(field, value)
+            row[name] = list(merged.items()) or None
+        elif value is None:
+            if not field.nullable:
+                raise ValueError(f"field {name!r} is required")
+            row[name] = None
+        else:
+            row[name] = _coerce_value(field, value, kind)
     return row
 
 
@@ -300,31 +348,34 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _coerce_value(field: pa.Field, value: Any) -> Any:
+def _coerce_value(field: pa.Field, value: Any, kind: int | None = None) -> Any:
+    """``value`` as a value of ``field`` (``kind``: :func:`_kind` of it, when the caller knows it)."""
     if value is None:
         if not field.nullable:
             raise ValueError(f"field {field.name!r} is required")
         return None
     t = field.type
-    if pa.types.is_list(t):
+    if kind is None:
+        kind = _kind(field)
+    if kind == _LIST:
         if not isinstance(value, list):
             raise ValueError(f"field {field.name!r} must be a list, got {value!r}")
         item = pa.field(field.name, t.value_type, nullable=False)
         return [_coerce_value(item, v) for v in value]
-    if pa.types.is_integer(t):
+    if kind == _INT:
         if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
             raise ValueError(f"field {field.name!r} must be an integer, got {value!r}")
         bound = 1 << (t.bit_width - 1)
         if not -bound <= int(value) < bound:
             raise ValueError(f"field {field.name!r}: {value!r} is out of range for {t}")
         return int(value)
-    if pa.types.is_floating(t):
+    if kind == _FLOAT:
         if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf", "+inf"):
             return float(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"field {field.name!r} must be a number, got {value!r}")
         return float(value)
-    if pa.types.is_boolean(t):
+    if kind == _BOOL:
         if not isinstance(value, bool):
             raise ValueError(f"field {field.name!r} must be true or false, got {value!r}")
         return value
