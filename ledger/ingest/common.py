@@ -203,17 +203,18 @@ def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
 def write_tables(rank_dir: Path, tables: Mapping[str, pa.Table], skip_existing: bool = False) -> list[str]:
     """Write tables as Arrow IPC streams (``<table>.arrows``, what the SDK writes) into a rank directory;
     returns the names written. ``skip_existing`` leaves a table alone when its file is already there."""
-    from ledger.store.layout import STREAM_SUFFIX
+    from ledger.store.layout import STREAM_COMPRESSION, STREAM_SUFFIX
 
     rank_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    options = pa.ipc.IpcWriteOptions(compression=STREAM_COMPRESSION)
     for name, t in tables.items():
         if not t.num_rows:
             continue
         path = rank_dir / f"{name}{STREAM_SUFFIX}"
         if skip_existing and path.exists():
             continue
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TABLES[name]) as writer:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, TABLES[name], options=options) as writer:
             writer.write_table(t.cast(TABLES[name]))
         written.append(name)
     return written

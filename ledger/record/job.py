@@ -42,6 +42,7 @@ from ledger.store.layout import (
     LOG_FILE,
     RUNTIME_FILE,
     STACK_FILE,
+    STREAM_COMPRESSION,
     STREAM_SUFFIX,
     WORKLOAD_FILE,
     WRAPPER_FILE,
@@ -337,8 +338,9 @@ def _merge_wrapper_rows(job: Path, present: list[NodeState], notes: list[tuple[s
                 parts.append(table)
         if parts:
             target.mkdir(exist_ok=True)
+            options = pa.ipc.IpcWriteOptions(compression=STREAM_COMPRESSION)
             with pa.OSFile(str(target / f"{name}{STREAM_SUFFIX}"), "wb") as sink, \
-                    pa.ipc.new_stream(sink, schema) as writer:
+                    pa.ipc.new_stream(sink, schema, options=options) as writer:
                 writer.write_table(pa.concat_tables(parts))
 
 

@@ -80,6 +80,12 @@ node's output. Global rank 0 may have run on any node, so the capture of each no
 PROBES_DIR = "probes"
 """In a staging directory: one directory per node that ran `ledger probe` (:mod:`ledger.record.probe`)."""
 STREAM_SUFFIX = ".arrows"
+STREAM_COMPRESSION = "zstd"
+"""The buffer compression of the Arrow IPC streams the wrapper and the importers write into staging (the capture's
+tables, a job's merged tables); readers decompress any stream transparently, so the SDK's streams (written in the
+training process, uncompressed) and streams of older versions read the same. A step table is mostly null columns:
+1,474,310 captured steps were 252 MB of stream uncompressed (written in 0.71 s, read back in 0.90 s) and 15 MB with
+zstd (0.13 s and 0.16 s)."""
 JSONL_SUFFIX = ".jsonl"
 
 READERS_GATE = "index.readers"
