@@ -1,5 +1,5 @@
 """Secrets planted in the environment, argv, a git remote and the training output reach no file under the
-ledger directory (raw bytes, decompressed Parquet and the index's contents are all searched)."""
+ledger directory (raw bytes, decompressed Parquet, decoded Arrow streams and the index's contents are all searched)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from helpers import ids_in, load_receipt, receipt_dir
 
@@ -19,6 +20,9 @@ def _all_text_under(ledger_dir: Path, ledger_cli) -> str:
             chunks.append(path.read_bytes().decode("latin-1"))
             if path.suffix == ".parquet":
                 chunks.append(json.dumps(pq.read_table(path).to_pylist(), default=str))
+            if path.suffix == ".arrows":  # staged streams are compressed: their raw bytes hide what they hold
+                with pa.OSFile(str(path), "rb") as f:
+                    chunks.append(json.dumps(pa.ipc.open_stream(f).read_all().to_pylist(), default=str))
     for table in ("receipts", "steps", "evals", "events", "timing", "routing", "telemetry"):
         chunks.append(ledger_cli("query", "--json", f"SELECT * FROM {table}").stdout)
     return "\n".join(chunks)
