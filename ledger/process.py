@@ -42,4 +42,39 @@ def launch_environment() -> dict[str, str]:
     return env
 
 
-__all__ = ["OWN_SETTINGS", "configure", "launch_environment"]
+__all__ = ["OWN_SETTINGS", "configure", "launch_environment", "reuse_freed_memory"]
+
+
+MMAP_THRESHOLD = 64 << 20
+"""Allocations up to this size come from the process's heap, not from pages mapped for each (glibc)."""
+TRIM_THRESHOLD = 256 << 20
+"""Freed heap up to this size stays the process's, for its next arrays (glibc)."""
+
+
+def reuse_freed_memory(arrow: bool = False) -> None:
+    """Let this process reuse the memory it frees, for work that allocates and frees large arrays and then exits:
+    the output parser's worker, and `ledger record` once its launch ended. glibc's ``mallopt`` (elsewhere nothing):
+    allocations up to :data:`MMAP_THRESHOLD` from the heap, freed heap kept up to :data:`TRIM_THRESHOLD`; with
+    ``arrow``, Arrow's default memory pool becomes the system allocator (so under the same settings) when pyarrow
+    is loaded. By default an array above glibc's starting threshold (128 KiB) was mapped afresh, and the kernel
+    zeroes every page it touches. Measured: a 100 MB log of step lines parsed in a new process, 0.82 s (0.38 s of it
+    system time, 49,000 page faults) by default, 0.52 s (0.10 s) with these settings; `ledger record -- cat` of a
+    200 MB log of 1.47 million unique steps, the capture's tables and the publish after the launch 1.9-2.0 s by
+    default, 1.1-1.3 s with them (peak RSS about 90 MB higher, of about 600 MB). Never for a training process (the
+    SDK's in-process recording): its allocator is the user's."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators decide
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD)
+    mallopt(m_trim_threshold, TRIM_THRESHOLD)
+    if arrow and "pyarrow" in sys.modules:
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())

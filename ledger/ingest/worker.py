@@ -31,6 +31,7 @@ import signal
 from collections.abc import Callable
 
 from ledger.ingest.formats.scan import LineCapture, Rows
+from ledger.process import reuse_freed_memory
 from ledger.store.faults import fault
 
 SPAWN_BYTES = 1 << 20
@@ -256,7 +257,7 @@ def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
         _close_others((data_r, result_w))
         with contextlib.suppress(OSError):
             os.nice(NICE)
-        reuse_freed_memory()
+        reuse_freed_memory()  # (ledger.process)
         # What it inherited stays until it exits (os._exit): out of the collector's reach. The collector on: the
         # wrapper may have forked it while its own was off, during its imports (record.wrapper).
         gc.freeze()
@@ -276,32 +277,6 @@ def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
         code = 1
     finally:
         os._exit(code)
-
-
-MMAP_THRESHOLD = 64 << 20
-"""Allocations up to this size come from the worker's heap, not from pages mapped for each (glibc)."""
-TRIM_THRESHOLD = 256 << 20
-"""Freed heap up to this size stays the worker's, for the next block's arrays (glibc)."""
-
-
-def reuse_freed_memory() -> None:
-    """Let the worker reuse the memory it frees (glibc's ``mallopt``; elsewhere nothing). Each block of output
-    the capture reads allocates arrays of a few hundred kilobytes, above glibc's starting threshold for memory
-    mapped per allocation: every block then faulted in fresh pages, which the kernel zeroes. Measured on a
-    100 MB log of step lines, parsed once in a new process: 0.82 s (0.38 s of it system time, 49,000 page
-    faults) by default, 0.52 s (0.10 s system) with these thresholds. The worker's peak memory is its working
-    set either way; it exits when the capture ends."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): their allocators decide
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    mallopt(m_mmap_threshold, MMAP_THRESHOLD)
-    mallopt(m_trim_threshold, TRIM_THRESHOLD)
 
 
 def _close_others(keep: tuple[int, ...]) -> None:

@@ -234,9 +234,11 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
     fault("finalizing")
     if opts.process_ends:  # the training is over: what is left is bookkeeping
+        from ledger.process import reuse_freed_memory
         from ledger.store.staging import yield_cpu
 
         yield_cpu()
+        reuse_freed_memory(arrow=True)  # the capture's tables, the publish: large arrays made once, then the exit
     if sampler is not None:
         sampler.stop()
     notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]

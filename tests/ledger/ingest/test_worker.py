@@ -192,32 +192,3 @@ def test_a_worker_forked_while_the_collector_is_off_parses_with_it_on() -> None:
     rows = parser.best()
     assert rows is not None and rows.step_count() == 300
 
-
-_REUSE = """
-import resource, sys
-from ledger.ingest.worker import reuse_freed_memory
-if sys.argv[1] == "on":
-    reuse_freed_memory()
-size = 40 << 20  # above glibc's largest automatic threshold (32 MiB): mapped afresh each time by default
-block = bytearray(size)
-block[::4096] = b"x" * len(block[::4096])
-del block
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-block = bytearray(size)
-block[::4096] = b"x" * len(block[::4096])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-def test_the_worker_reuses_the_memory_it_frees() -> None:
-    """With the worker's allocator settings a large block freed and allocated again comes back without faulting in
-    fresh pages (each of which the kernel zeroes); with glibc's defaults it is mapped afresh."""
-    import sys
-
-    def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _REUSE, mode], capture_output=True, text=True, check=True)
-        return int(out.stdout)
-
-    pages = (40 << 20) // 4096
-    assert faults("off") > pages // 2  # the default: every page faulted in again
-    assert faults("on") < pages // 20
