@@ -285,8 +285,7 @@ def _redact_strings(table: pa.Table, redact: Redact) -> pa.Table:
         elif pa.types.is_map(f.type) and table.num_rows:
             import pyarrow.compute as pc
 
-            column = table.column(i).combine_chunks()
-            distinct = pc.unique(column.keys).to_pylist()
+            distinct = {k for chunk in table.column(i).chunks for k in pc.unique(chunk.keys).to_pylist()}
             keys = {k: redact(k) for k in distinct if k is not None}  # metric names: a few, on many rows
             if all(k == v for k, v in keys.items()):
                 continue

@@ -236,7 +236,11 @@ class Rows:
         extra = [name for name in m.values if name not in STEP_COLUMNS]
         if extra:
             present = np.stack([m.values[name][1] for name in extra], axis=1)
-            rows_at, names_at = np.nonzero(present)  # row-major: each row's names in order
+            if present.all():  # every custom metric on every step (most logs): no search for where
+                rows_at = np.repeat(np.arange(n), len(extra))
+                names_at = np.tile(np.arange(len(extra)), n)
+            else:
+                rows_at, names_at = np.nonzero(present)  # row-major: each row's names in order
             items = np.stack([m.values[name][0] for name in extra], axis=1)[rows_at, names_at]
             offsets = np.zeros(n + 1, np.int32)
             np.cumsum(present.sum(axis=1), out=offsets[1:])

@@ -271,6 +271,23 @@ def test_rows_from_columns_and_parsers_merge_by_step_in_file_order() -> None:
     assert steps_table["extra"] == [None, [("acc", 0.5)], [("acc", 0.25)], None]
 
 
+def test_custom_metrics_on_every_step_are_each_rows_map_in_their_order() -> None:
+    """Every custom metric on every step (the common case, built without searching where each is present): each
+    row's map holds them in the order they were first seen."""
+    import numpy as np
+
+    from ledger.ingest.formats import scan
+
+    rows = scan.Rows("x")
+    lines = np.arange(1, 4, dtype=np.int64)
+    rows.add_columns(lines, lines, {"loss": np.array([3.0, 2.0, 1.0]), "acc": np.array([0.1, 0.2, 0.3]),
+                                    "ppl": np.array([9.0, 8.0, 7.0])})
+    steps_table = rows.tables()["steps"].to_pydict()
+    assert steps_table["loss"] == [3.0, 2.0, 1.0]
+    assert steps_table["extra"] == [[("acc", 0.1), ("ppl", 9.0)], [("acc", 0.2), ("ppl", 8.0)],
+                                    [("acc", 0.3), ("ppl", 7.0)]]
+
+
 def test_merge_by_step_keeps_the_first_value_in_file_order() -> None:
     """Steps printed again (a restart from a checkpoint, two ranks printing the same line) keep the value printed
     first; a log of increasing steps is taken as is. Enough lines for the columnar path and its compaction."""
