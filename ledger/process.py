@@ -12,6 +12,10 @@ more cores, each with its thread). A launch never gets this setting: its numpy k
 
 A user who set either variable keeps their value.
 
+:func:`reuse_freed_memory`: allocator settings for the processes of ours that build large arrays once and then
+exit (the output parser's worker, `ledger record` once its launch ended); a launch started by `exec` never keeps
+them.
+
 Part of the core: imports nothing of ours.
 """
 
@@ -42,9 +46,6 @@ def launch_environment() -> dict[str, str]:
     return env
 
 
-__all__ = ["OWN_SETTINGS", "configure", "launch_environment", "reuse_freed_memory"]
-
-
 MMAP_THRESHOLD = 64 << 20
 """Allocations up to this size come from the process's heap, not from pages mapped for each (glibc)."""
 TRIM_THRESHOLD = 256 << 20
@@ -59,8 +60,8 @@ def reuse_freed_memory(arrow: bool = False) -> None:
     is loaded. By default an array above glibc's starting threshold (128 KiB) was mapped afresh, and the kernel
     zeroes every page it touches. Measured: a 100 MB log of step lines parsed in a new process, 0.82 s (0.38 s of it
     system time, 49,000 page faults) by default, 0.52 s (0.10 s) with these settings; `ledger record -- cat` of a
-    200 MB log of 1.47 million unique steps, the capture's tables and the publish after the launch 1.9-2.0 s by
-    default, 1.1-1.3 s with them (peak RSS about 90 MB higher, of about 600 MB). Never for a training process (the
+    200 MB log of 1.47 million unique steps, the capture's tables and the publish after the launch 1.6-2.0 s by
+    default, 0.9-1.3 s with them (peak RSS 50-90 MB higher, of about 600 MB). Never for a training process (the
     SDK's in-process recording): its allocator is the user's."""
     import ctypes
     import ctypes.util
@@ -78,3 +79,6 @@ def reuse_freed_memory(arrow: bool = False) -> None:
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+__all__ = ["OWN_SETTINGS", "configure", "launch_environment", "reuse_freed_memory"]
