@@ -257,7 +257,7 @@ def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
         _close_others((data_r, result_w))
         with contextlib.suppress(OSError):
             os.nice(NICE)
-        reuse_freed_memory()  # (ledger.process)
+        reuse_freed_memory()
         # What it inherited stays until it exits (os._exit): out of the collector's reach. The collector on: the
         # wrapper may have forked it while its own was off, during its imports (record.wrapper).
         gc.freeze()

@@ -224,6 +224,8 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
     known = set(columns)
     routing = schema.equals(TABLES["routing"])
     long_columns: dict[str, list[Any]] = {f.name: [] for f in ROUTING_LONG}
+    long_known = set(long_columns)
+    plan, long_plan = _plan(schema), _plan(ROUTING_LONG) if routing else ()
     bad: list[tuple[int, str]] = []
     with open(path, "rb") as f:
         for lineno, raw in enumerate(_lines(f), start=1):
@@ -235,9 +237,9 @@ def _read_jsonl(path: Path, schema: pa.Schema, rank: int, root: Path) -> tuple[p
             try:
                 obj = clean_json(json.loads(raw))
                 if routing and isinstance(obj, dict) and "expert" in obj:  # a row per expert: the long layout
-                    row, into = _coerce_row(obj, ROUTING_LONG, set(long_columns), rank), long_columns
+                    row, into = _coerce_row(obj, long_plan, long_known, rank), long_columns
                 else:
-                    row, into = _coerce_row(obj, schema, known, rank), columns
+                    row, into = _coerce_row(obj, plan, known, rank), columns
             except (ValueError, TypeError, OverflowError, UnicodeDecodeError, RecursionError) as exc:
                 bad.append((lineno, _first_line(exc)))
                 continue
@@ -286,25 +288,19 @@ def _table(columns: dict[str, list[Any]], schema: pa.Schema) -> pa.Table:
 
 
 _LIST, _INT, _FLOAT, _BOOL, _TEXT, _MAP = range(6)
-_PLANS: dict[int, tuple[pa.Schema, tuple[tuple[str, int, pa.Field], ...]]] = {}
+_Plan = tuple[tuple[str, int, pa.Field], ...]
 
 
-def _plan(schema: pa.Schema) -> tuple[tuple[str, int, pa.Field], ...]:
-    """(name, kind, field) of each column of ``schema``, its kind looked up once per schema, not once per value
-    (a JSON line's row went through every column's type tests: 60 us a row of the steps table)."""
-    known = _PLANS.get(id(schema))
-    if known is not None and known[0] is schema:
-        return known[1]
-    plan = tuple((f.name, _kind(f), f) for f in schema)
-    if len(_PLANS) >= 64:  # the tables' schemas are module constants: a few; never more than this kept
-        _PLANS.clear()
-    _PLANS[id(schema)] = (schema, plan)
-    return plan
+def _plan(schema: pa.Schema) -> _Plan:
+    """(name, kind, field) of each column of ``schema``: made once for a file's lines, so that each kind is looked
+    up once, not once per value (a JSON line's row went through every column's type tests: 60 us a row of the
+    steps table)."""
+    return tuple((f.name, _kind(f), f) for f in schema)
 
 
 def _kind(field: pa.Field) -> int:
     t = field.type
-    if field.type == EXTRA:
+    if t == EXTRA:
         return _MAP
     if pa.types.is_list(t):
         return _LIST
@@ -317,7 +313,7 @@ def _kind(field: pa.Field) -> int:
     return _TEXT
 
 
-def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict[str, Any]:
+def _coerce_row(obj: Any, plan: _Plan, known: set[str], rank: int) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
     row: dict[str, Any] = {}
@@ -327,7 +323,7 @@ def _coerce_row(obj: Any, schema: pa.Schema, known: set[str], rank: int) -> dict
             if isinstance(value, int | float) and not isinstance(value, bool):
                 extra[str(key)] = float(value)
             continue
-    for name, kind, field in _plan(schema):
+    for name, kind, field in plan:
         value = obj.get(name)
         if name == "rank" and value is None:
             value = rank

@@ -191,4 +191,3 @@ def test_a_worker_forked_while_the_collector_is_off_parses_with_it_on() -> None:
     assert parser.result.collector is True
     rows = parser.best()
     assert rows is not None and rows.step_count() == 300
-
