@@ -16,8 +16,11 @@ Two kinds of thread:
 
 The pumps never wait for the writer, memory stays bounded whatever the line length and the backlog, and
 nothing unredacted is left behind when the wrapper dies (the spool's file, when there is one, has no name).
-While the child writes fast, the writer waits (up to a backlog of :data:`DEFER_LIMIT`), so that the child gets
-the CPU; the log catches up in pauses and at the end.
+While the child writes fast, the writer waits, so that the child gets the CPU, but not for long: at most
+:data:`DEFER_S` seconds from the first byte that waited since the writer last caught up (and up to a backlog of
+:data:`DEFER_LIMIT`); then it writes until it has caught up again. A burst of output is logged once it ends; a
+launch that never stops printing (a line every few milliseconds, for hours) still has its log written as it runs,
+about :data:`DEFER_S` behind at most.
 
 When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
 child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
@@ -48,6 +51,11 @@ MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
 DEFER_LIMIT = 1 << 30
 """Backlog (bytes) up to which the writer defers to a child that writes fast."""
+DEFER_S = 1.0
+"""Seconds the writer defers to a child that writes fast, counted from the first byte that waited since the writer
+last caught up; past them it writes until nothing waits (and defers again only after that)."""
+FAST_S = 0.02
+"""The child counts as writing fast while output came within this many seconds."""
 MEMORY_LIMIT = 16 << 20
 """Backlog kept in memory; past it, the spool's file takes the rest."""
 DRAIN_S = 2.0
@@ -78,6 +86,8 @@ class _Spool:
         self.tail = 0
         """The file's unread bytes (``head`` to ``tail``), all of them later than those in memory."""
         self.last_put = 0.0
+        self.behind_since: float | None = None
+        """When the first byte came that waits since the writer last caught up (None: nothing waits)."""
         self.closed = False
         self.cond = threading.Condition()
 
@@ -95,6 +105,8 @@ class _Spool:
                     written += os.pwrite(fd, data[written:], self.tail + written)
                 self.tail += len(data)
             self.last_put = time.monotonic()
+            if self.behind_since is None:
+                self.behind_since = self.last_put
             self.cond.notify()
 
     def waiting(self) -> int:
@@ -107,11 +119,13 @@ class _Spool:
             self.cond.notify()
 
     def busy(self) -> bool:
-        """True while the child is writing fast (data came within the last few milliseconds) and the
-        backlog is below :data:`DEFER_LIMIT`: the writer then waits, leaving the CPU to the child."""
+        """True while the child is writing fast (data came within :data:`FAST_S`), the writer fell behind less
+        than :data:`DEFER_S` ago and the backlog is below :data:`DEFER_LIMIT`: the writer then waits,
+        leaving the CPU to the child."""
         with self.cond:
-            return (not self.closed and time.monotonic() - self.last_put < 0.02
-                    and self.waiting() < DEFER_LIMIT)
+            now = time.monotonic()
+            return (not self.closed and now - self.last_put < FAST_S and self.waiting() < DEFER_LIMIT
+                    and self.behind_since is not None and now - self.behind_since < DEFER_S)
 
     def take(self) -> bytes | None:
         """Up to BATCH bytes, waiting for some; None when closed and empty."""
@@ -128,6 +142,7 @@ class _Spool:
                     data = first[self.offset:self.offset + BATCH]
                     self.offset += BATCH
                 self.in_memory -= len(data)
+                self._maybe_caught_up()
                 return data
             if self.head == self.tail:
                 return None
@@ -139,7 +154,14 @@ class _Spool:
             if self.head == self.tail:  # caught up: reuse the file from its start
                 self.head = self.tail = 0
                 os.ftruncate(self.file.fileno(), 0)
+            self._maybe_caught_up()
         return data
+
+    def _maybe_caught_up(self) -> None:
+        """After a take (the caller holds :attr:`cond`): nothing waits any more, so the next byte starts a new
+        deferral."""
+        if not self.waiting():
+            self.behind_since = None
 
     def discard(self) -> None:
         """Close the file (when one was needed)."""

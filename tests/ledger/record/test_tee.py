@@ -152,6 +152,28 @@ def test_output_before_the_writer_starts_waits_in_the_spool_and_reaches_log_and_
     assert log.read_bytes() == b"".join(lines) == b"".join(seen)
 
 
+def test_a_launch_that_never_stops_printing_has_its_log_written_while_it_runs(tmp_path: Path) -> None:
+    """The writer defers to a child that writes fast, but not for good: a launch printing a line every few
+    milliseconds (never the pause the deferral waits for) finds its lines in the log while it still runs. Before
+    the deferral had a limit, the log stayed empty until the launch ended."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    log = tmp_path / "output.log"
+    tee = Tee(log, StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
+    printed, deadline = 0, time.monotonic() + 30
+    while log.stat().st_size == 0 and time.monotonic() < deadline:  # the launch: printing until it sees its log
+        os.write(out_w, f"step {printed} loss {1 / (printed + 1):.4f}\n".encode())
+        printed += 1
+        time.sleep(0.002)
+    seen = log.read_bytes()
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(os.getpid() + 10**7) == []
+    assert seen, f"nothing in the log after {printed} lines printed over 30 s"
+    assert log.read_bytes() == b"".join(f"step {i} loss {1 / (i + 1):.4f}\n".encode() for i in range(printed))
+
+
 def test_a_writer_never_started_still_writes_the_log(tmp_path: Path) -> None:
     """A wrapper that failed between the launch and its parser: finish still writes out the whole log."""
     out_r, out_w = os.pipe()
