@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import fcntl
 import os
 import select
@@ -253,6 +254,10 @@ class Tee:
                     break
                 poller.poll(100)
                 continue
+            except OSError as exc:  # a pseudo-terminal whose every writer closed it (Linux: EIO, not end of file)
+                if exc.errno != errno.EIO:
+                    raise
+                break
             if not chunk:
                 break
             self.last_output = time.monotonic()

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from subprocess import PIPE, Popen
+from subprocess import Popen
 from typing import IO, TYPE_CHECKING, Any
 
 from ledger import __version__
@@ -149,6 +149,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     are loaded while it runs, once its output pauses (:meth:`ledger.record.tee.Tee.wait_quiet`)."""
     from ledger.ingest.arguments import stage_arguments
     from ledger.record.jobkey import resolve_job  # a multi-node job stages per node (None: a single run)
+    from ledger.record.streams import launch_streams
     from ledger.record.tee import Tee
     from ledger.redact import Redactor, StreamRedactor
 
@@ -193,7 +194,15 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     forwarded: list[int] = []
     fault("prelaunch")
-    child = Popen(list(opts.command), stdout=PIPE, stderr=PIPE, env=child_env, cwd=opts.cwd, start_new_session=True)
+    outputs = (opts.stdout or sys.stdout.buffer, err)
+    streams = launch_streams(outputs)  # a terminal for each of the wrapper's that is one, else a pipe
+    try:
+        child = Popen(list(opts.command), stdout=streams.child[0], stderr=streams.child[1], env=child_env,
+                      cwd=opts.cwd, start_new_session=True)
+    except BaseException:
+        streams.close()
+        raise
+    streams.launched()
     write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
     fault("launched")
 
@@ -204,11 +213,16 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         except ProcessLookupError:
             pass
 
+    def resized(_signum: int, _frame: object) -> None:  # the user's terminal: its new size, then the launch's turn
+        streams.resized()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGWINCH)
+
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
-    outputs = (opts.stdout or sys.stdout.buffer, err)
+    if streams.any_terminal:
+        previous[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, resized)
     tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs)
-    assert child.stdout is not None and child.stderr is not None
-    tee.start((child.stdout, child.stderr), writer=False)  # the output waits in the spool until its parser exists
+    tee.start(streams.readers(), writer=False)  # the output waits in the spool until its parser exists
     # what follows imports pyarrow, numpy and the receipt models, holding the interpreter lock for long stretches:
     # not while the launch's first output pours out (the pumps would wait for the lock, and the launch for them)
     tee.wait_quiet(QUIET_S, QUIET_LIMIT_S, lambda: child.poll() is not None)
