@@ -57,6 +57,15 @@ class Shape:
     (:func:`_native_read`)."""
 
 
+def scaled(value: Any, scale: float) -> Any:
+    """A value (a float or an array) read in a printed unit, in its column's: ``* scale``, or for a scale below 1
+    (milliseconds to seconds) ``/ (1 / scale)``, as the formats' parsers compute it: ``893.5 / 1000`` is 0.8935,
+    ``893.5 * 1e-3`` one unit in the last place above it."""
+    if scale == 1.0:
+        return value
+    return value / (1.0 / scale) if scale < 1.0 else value * scale
+
+
 def _literal(text: str) -> str:
     """``text`` as RE2 literal text, runs of spaces matching any run of one or more spaces (as the templates
     do)."""
@@ -282,7 +291,7 @@ def _native_read(compiled: Any, shape: Shape, block: Block, unread: npt.NDArray[
         return None
     if n == 0:
         return Read(np.empty(0, np.int64), np.empty(0, np.int64), {})
-    values = {name: matrix[:n, i] * scale if scale != 1.0 else matrix[:n, i]
+    values = {name: scaled(matrix[:n, i], scale)
               for i, (name, _, scale) in enumerate(shape.metrics)}
     return Read(lines[:n], steps[:n], values)
 
@@ -374,7 +383,7 @@ def _numbers(text: npt.NDArray[np.uint8], lines: int, shape: Shape) -> tuple[
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     matrix = numbers.to_numpy(zero_copy_only=False).reshape(-1, len(used))
-    values = {name: matrix[:, i] * scale if scale != 1.0 else matrix[:, i]
+    values = {name: scaled(matrix[:, i], scale)
               for i, (name, _, scale) in enumerate(shape.metrics)}
     return good, steps.astype(np.int64), values
 
@@ -414,7 +423,7 @@ def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
             numbers.append(pc.cast(column, pa.int64() if i == 0 else pa.float64()).to_numpy())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    values = {name: column * scale if scale != 1.0 else column
+    values = {name: scaled(column, scale)
               for (name, _, scale), column in zip(shape.metrics, numbers[1:], strict=True)}
     return np.ones(len(numbers[0]), bool), numbers[0].astype(np.int64), values
 

@@ -43,6 +43,12 @@ _WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter"
 _HINT_PATTERN = "|".join(re.escape(w.decode()) for w in _WORDS)
 """The hint words as one pattern (RE2 syntax)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
+_ESCAPES = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+r"""ECMA-48 escape sequences, which a terminal acts on rather than shows: control sequences (``ESC [`` parameters,
+final byte: colours, cursor moves), operating-system commands (``ESC ]`` up to ``BEL`` or ``ESC \``: titles,
+hyperlinks) and the other escapes (``ESC`` intermediates, final byte). A line's are removed before the formats see
+it: torchtitan colours its step lines unless told not to (``\x1b[31mstep:  1  \x1b[32mloss: ...\x1b[39m``), and a
+launch at a terminal gets one (:mod:`ledger.record.streams`), so colouring loggers colour. The log keeps them."""
 
 
 @cache
@@ -338,7 +344,10 @@ class LineCapture:
         """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a
         time, as columns (:meth:`_blocks`); of the others, only those holding a hint word are looked at (found
         by one RE2 scan of the block or, in a block read as columns, of its other lines: the other lines cost
-        no Python work)."""
+        no Python work). Escape sequences (:data:`_ESCAPES`) are removed first, from a block that has any."""
+        if data.find(b"\x1b", 0, size) >= 0:
+            data = _ESCAPES.sub(b"", data[:size])
+            size = len(data)
         for _ in range(4):  # no template ready yet: the first lines one by one, then the rest as columns
             if size <= BLOCK_MIN or not self.templates.enabled or self.templates.for_blocks():
                 break

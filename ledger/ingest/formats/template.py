@@ -17,15 +17,28 @@ import re
 from dataclasses import dataclass
 
 from ledger.ingest.formats.base import Format, Parsed
-from ledger.ingest.formats.columns import Shape, prepare
+from ledger.ingest.formats.columns import NUM, Shape, prepare, scaled
 
 CHECK_FIRST = 8
 CHECK_EVERY = 64
 CHECK_DENSE = 4096
 CHECK_SPARSE = 1024
 MAX_TEMPLATES = 8
-_NUM = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
-_TOKEN = re.compile(r"(?<![\w.])(?:" + _NUM + r")(?![\w])")
+LEARN_TRIES = 16
+LEARN_EVERY = 1024
+"""A format whose last :data:`LEARN_TRIES` lines in a row gave no template (values that are not the line's numbers
+as printed) is then tried on every :data:`LEARN_EVERY`-th line only, until one gives a template: building one is
+the costliest thing done to a line (every number against every value), and a shape that gave none will mostly
+give none again."""
+_NUM = NUM
+"""A number as a template captures it. Unambiguous: digits after a point only (``\\d[\\d,]*\\.?\\d*`` reads the same
+numbers, but ``2026`` in as many ways as it has digits, and a line of another shape then made ``fullmatch`` try
+every combination of every number's ways: a template of an open-instruct line, its nine numbers, took
+195 us to refuse a line that has a tenth; it takes 2.8 us)."""
+_TOKEN = re.compile(r"(?<![\w.])(?:(?>[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![\d.])|(?:nan|inf)(?!\w))")
+"""A number of a line, whole: not glued to a word or a point before it; a unit may follow (``10.52GiB``,
+``893.76ms``: the template keeps the unit as text and the scale reads it), never more digits or a point (the match
+is atomic: no shorter reading of ``893.76ms`` or ``1.2.3``)."""
 _SCALES = (1.0, 1e-3, float(2**30), 1e9)
 
 
@@ -84,7 +97,7 @@ class Template:
             self.uses += 1
             try:
                 step = _step(groups[step_group])
-                metrics = {name: _float(groups[g]) * scale for name, g, scale in metrics_of}
+                metrics = {name: scaled(_float(groups[g]), scale) for name, g, scale in metrics_of}
             except ValueError:
                 continue
             parsed = Parsed(step=step, metrics=metrics)
@@ -114,7 +127,7 @@ class Template:
         groups = m.groups()
         try:
             step = None if self.step_group is None else _step(groups[self.step_group])
-            metrics = {name: _float(groups[g]) * scale for name, g, scale in self.metrics}
+            metrics = {name: scaled(_float(groups[g]), scale) for name, g, scale in self.metrics}
         except ValueError:
             return None
         return Parsed(step=step, metrics=metrics, ordinal=self.step_group is None)
@@ -177,7 +190,7 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
         used.add(step_group)
     metrics: list[tuple[str, int, float]] = []
     for key, value in parsed.metrics.items():
-        found = [(i, s) for s in _SCALES for i, v in enumerate(values) if i not in used and _same(v * s, value)]
+        found = [(i, s) for s in _SCALES for i, v in enumerate(values) if i not in used and _same(scaled(v, s), value)]
         if len({i for i, _ in found}) != 1:
             return None
         used.add(found[0][0])
@@ -219,6 +232,8 @@ class Templates:
         self.formats = formats
         self.items: list[Template] = []
         self.enabled = enabled
+        self.misses: dict[str, int] = {}
+        """Per format: lines in a row that gave no template (:data:`LEARN_TRIES`)."""
 
     def read(self, line: str) -> tuple[str, Parsed] | None:
         for t in self.items:
@@ -250,9 +265,14 @@ class Templates:
     def learn(self, name: str, line: str, parsed: Parsed) -> None:
         if not self.enabled or sum(not t.dead for t in self.items) >= MAX_TEMPLATES:
             return
+        missed = self.misses.get(name, 0)
+        self.misses[name] = missed + 1
+        if missed >= LEARN_TRIES and (missed - LEARN_TRIES) % LEARN_EVERY:
+            return
         template = build(name, line, parsed)
         if template is not None:
             self.items.append(template)
+            self.misses[name] = 0
 
 
 __all__ = ["Template", "Templates", "agrees", "build", "checked", "checks"]
