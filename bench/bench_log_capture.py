@@ -16,6 +16,11 @@ Figures (MB/s; reference: ``cat FILE > /dev/null`` of the same file, best of 3; 
 - ``log_capture_record_mixed``: ``ledger record -- cat FILE`` (stdout to /dev/null) minus ``ledger record
   -- true``, i.e. the per-byte cost of the wrapper with capture on (tee, redaction, parsing, publishing the
   log), best of 2;
+- ``log_capture_parse_<format>_cpu`` for ``nanogpt``, ``open-instruct`` and ``torchtitan``: the same over
+  ``--format-lines`` lines in the shape of each format's real excerpt (tests/fixtures/logs): nanoGPT's ``iter``
+  lines with an eval line every 250 and its ``mfu -100.00%`` placeholder at first, open-instruct's step lines
+  with and without ``TPS`` alternating, torchtitan's step lines in its default colours (the shapes that read at
+  0.5-14 MB/s before session 11: numbers glued to units, an ambiguous number pattern, escape sequences);
 - ``log_capture_long_line_rss``: growth of the peak RSS of a process fed one line of ``--long-mb`` MB in
   1 MiB chunks (peak after minus peak before, so pages swapped out under load do not count as growth);
   target: a ceiling of 64 MB (it must not grow with the line).
@@ -60,6 +65,29 @@ def generate(path: Path, mb: float, kind: str) -> None:
             text = "".join(lines)
             f.write(text)
             written += len(text)
+
+
+def format_lines(kind: str, n: int) -> list[str]:
+    """``n`` step lines in the shape of one format's real excerpt (see the module docs)."""
+    if kind == "nanogpt":
+        out = []
+        for i in range(n):
+            if i % 250 == 0:
+                out += [f"step {i}: train loss {3 / (1 + i / 1000):.4f}, val loss {3.1 / (1 + i / 1000):.4f}",
+                        "saving checkpoint to out-shakespeare-char"]
+            mfu = -100.0 if i < 5 else 16 + (i % 7) / 10
+            out.append(f"iter {i}: loss {3 / (1 + i / 100):.4f}, time {890 + i % 50:.2f}ms, mfu {mfu:.2f}%")
+        return out
+    if kind == "open-instruct":
+        return [f"12/01/2026 10:{i // 60 % 60:02d}:{i % 60:02d} - INFO - __main__ -   Step: {i}, LR: "
+                f"{2e-5 * (1 - i / (n + 1)):.1e}, Loss: {1.2 / (1 + i / 1000):.4f}"
+                + (f", TPS: {4000 + i % 200:.1f}" if i % 2 else "") for i in range(1, n + 1)]
+    colour = {k: f"\x1b[{v}m" for k, v in (("red", 31), ("green", 32), ("yellow", 33), ("blue", 34), ("cyan", 36),
+                                           ("magenta", 35), ("reset", 39))}
+    return [f"[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - {colour['red']}step: {i:2}  "
+            f"{colour['green']}loss: {8 / (1 + i / 10):7.4f}  {colour['yellow']}memory: 10.52GiB(13.29%)  "
+            f"{colour['blue']}tps: {1234 + i % 100:,}  {colour['cyan']}tflops: {300 + i % 9:,.2f}  "
+            f"{colour['magenta']}mfu: 12.{i % 10}0%{colour['reset']}" for i in range(1, n + 1)]
 
 
 def cat_mb_s(path: Path) -> float:
@@ -142,6 +170,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=100.0, help="size of each generated log (MB)")
     ap.add_argument("--long-mb", type=int, default=512, help="length of the long line (MB)")
+    ap.add_argument("--format-lines", type=int, default=200_000, help="lines of each format's log")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -168,6 +197,19 @@ def main() -> None:
                                   "ratio": None if through is None else round(through / cat, 4),
                                   "target": TARGET_MB_S, "met": None if through is None else through >= TARGET_MB_S,
                                   "note": "ledger record -- cat FILE minus ledger record -- true; floor 100 MB/s"}))
+            path.unlink()
+        for kind in ("nanogpt", "open-instruct", "torchtitan"):
+            path = tmp / f"{kind}.log"
+            path.write_text("\n".join(format_lines(kind, args.format_lines)) + "\n")
+            cat = cat_mb_s(path)
+            _, cpu, steps = parse_mb_s(path)
+            print(json.dumps({"figure": f"log_capture_parse_{kind}_cpu", "value": round(cpu, 2), "unit": "MB/s",
+                              "reference": round(cat, 2), "ratio": round(cpu / cat, 4), "target": None,
+                              "met": None,
+                              "note": f"{path.stat().st_size / 1e6:.1f} MB, {steps} steps in {kind}'s shape "
+                                      f"({cpu * 1e6 / path.stat().st_size * args.format_lines / 1e6:.2f} million "
+                                      f"lines/s); CPU time of the parsing process, tables built; no target of its "
+                                      f"own (the 100 MB/s floor is the mixed and step logs'); {reader()}"}))
             path.unlink()
         out = subprocess.run([sys.executable, "-c", LONG_LINE, str(args.long_mb)], capture_output=True, text=True,
                              check=True)

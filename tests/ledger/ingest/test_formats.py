@@ -124,7 +124,8 @@ def test_two_shapes_one_number_apart_are_each_read_by_their_template() -> None:
     """open-instruct's step lines with and without ``, TPS: ...`` (the real excerpt's), alternating over 4,000 lines:
     each shape gets its template and refuses the other's lines, and both read what the parser reads. The template's
     number is written without ambiguity (the columns' ``NUM``): with ``\\d[\\d,]*\\.?\\d*`` a refusal tried every
-    way to split each of the line's nine numbers (195 us a line, against 2.8 us), and the log was read at 0.5 MB/s."""
+    way to split each of the line's nine numbers (195 us a line, against 2.8 us), and the log was read at 0.5 MB/s;
+    and with the comma after the step taken into the number, its lines could not be read as columns (6.9 MB/s)."""
     import re
 
     from ledger.ingest.formats import columns, template
@@ -140,6 +141,7 @@ def test_two_shapes_one_number_apart_are_each_read_by_their_template() -> None:
     assert _printed(best.steps) == _printed(want.steps) and "tps" in best.steps[3] and "tps" not in best.steps[4]
     live = [t for t in fast.templates.items if not t.dead]
     assert len(live) == 2 and all(t.uses >= 1900 for t in live)
+    assert all(t.shape() is not None for t in live)  # read as columns: `Step: 10,`'s comma is the text's
 
 
 def test_a_shape_that_gives_no_template_is_not_tried_on_every_line(monkeypatch) -> None:
