@@ -129,19 +129,30 @@ class _Spool:
                     and self.behind_since is not None and now - self.behind_since < DEFER_S)
 
     def take(self) -> bytes | None:
-        """Up to BATCH bytes, waiting for some; None when closed and empty."""
+        """Up to BATCH bytes, waiting for some; None when closed and empty. Small pieces are taken together (a
+        pseudo-terminal gives the pumps 4 KiB a read, and the writer's cost is mostly per batch)."""
         with self.cond:
             while not self.waiting() and not self.closed:
                 self.cond.wait()
             if self.memory:
-                first = self.memory[0]
-                if len(first) - self.offset <= BATCH:  # the rest of the oldest piece
-                    self.memory.popleft()
-                    data = first[self.offset:] if self.offset else first
-                    self.offset = 0
-                else:  # a batch of it (the writer's calls hold the interpreter lock: keep them short)
-                    data = first[self.offset:self.offset + BATCH]
-                    self.offset += BATCH
+                parts: list[bytes] = []
+                size = 0
+                while self.memory:
+                    first = self.memory[0]
+                    rest = len(first) - self.offset
+                    if size + rest <= BATCH:  # the rest of the oldest piece
+                        self.memory.popleft()
+                        parts.append(first[self.offset:] if self.offset else first)
+                        self.offset = 0
+                        size += rest
+                    elif not parts:  # a batch of it (the writer's calls hold the interpreter lock: keep them short)
+                        parts.append(first[self.offset:self.offset + BATCH])
+                        self.offset += BATCH
+                        size = BATCH
+                        break
+                    else:
+                        break
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
                 self.in_memory -= len(data)
                 self._maybe_caught_up()
                 return data

@@ -272,3 +272,24 @@ def test_a_backlog_past_the_memory_limit_goes_through_the_file_in_order(tmp_path
         got += piece
     assert used_file and bytes(got) == bytes(sent)
     spool.discard()
+
+
+def test_small_pieces_are_taken_together_up_to_a_batch(tmp_path: Path, monkeypatch) -> None:
+    """A pseudo-terminal gives the pumps at most 4 KiB a read: the writer takes what waits together, up to BATCH
+    bytes a take, in order (before, one piece a take: 50 MB printed at a terminal took the wrapper 8.5 s instead
+    of 1.6 s, its cost being per batch)."""
+    from ledger.record import tee as tee_module
+
+    monkeypatch.setattr(tee_module, "BATCH", 10_000)
+    spool = tee_module._Spool(tmp_path)
+    pieces = [bytes([65 + i % 26]) * (100 + i % 7) for i in range(300)]
+    for piece in pieces:
+        spool.put(piece)
+    spool.close()
+    taken = []
+    while (data := spool.take()) is not None:
+        taken.append(data)
+    assert b"".join(taken) == b"".join(pieces)
+    assert all(len(t) <= 10_000 for t in taken)
+    assert all(len(t) > 10_000 - 107 for t in taken[:-1]) and len(taken) == 4  # each filled to within a piece
+    spool.discard()
