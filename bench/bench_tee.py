@@ -12,6 +12,10 @@
   in the tee's batches, MB/s of CPU time (best of 2), against ``cat LOG >/dev/null`` (no target: the
   part of the first figure that redaction takes).
 
+* at a terminal: wall time of ``ledger record -- cat`` of the first ``--terminal-mb`` MB (default 50) of LOG with
+  the wrapper's stdout a pseudo-terminal (which the bench drains), against ``cat`` alone into one (no target: a
+  terminal reads far slower than a pipe; the launch then gets a pseudo-terminal too, which hands the wrapper 4 KiB
+  a read);
 * the end of a launch whose output comes at a steady rate (``--paced-mb-s``, default 40 MB/s: the same log over
   5 s, far more than a training run prints): how much later ``ledger record`` ends than ``PACED | tee copy.log``,
   against the wrapper's fixed cost (``ledger record -- true``). The figure a user waits for: the tee keeps up
@@ -141,6 +145,26 @@ for i in range(0, len(data), chunk):
 """The paced launch: writes LOG to stdout in 1 MiB pieces at ``rate`` MB/s (on an absolute schedule)."""
 
 
+def at_terminal(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Wall seconds of ``cmd`` with its stdout a pseudo-terminal that this process drains (stderr discarded)."""
+    import pty
+
+    master, slave = pty.openpty()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=slave, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+    os.close(slave)
+    while True:
+        try:
+            if not os.read(master, 1 << 20):
+                break
+        except OSError:  # every writer closed it
+            break
+    proc.wait()
+    wall = time.perf_counter() - start
+    os.close(master)
+    return wall
+
+
 def cat_mb_s(log: Path) -> float:
     best = float("inf")
     for _ in range(3):
@@ -156,6 +180,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=3, help="repetitions (medians)")
     ap.add_argument("--megatron", action="store_true", help="use the Megatron fixture logs (adds live parsing)")
     ap.add_argument("--paced-mb-s", type=float, default=40.0, help="rate of the paced launch (0: not measured)")
+    ap.add_argument("--terminal-mb", type=int, default=50, help="output printed at a terminal (0: not measured)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -193,6 +218,15 @@ def main() -> None:
             if args.paced_mb_s > 0:
                 rows["tee_paced"].append(run(f"{paced} | tee {work}/copy.log >/dev/null", env, work)[0])
                 rows["ours_paced"].append(run(f"{ledger} {paced} >/dev/null", env, work)[0])
+        terminal: dict[str, list[float]] = {"bare": [], "ours": []}
+        if args.terminal_mb > 0:
+            part = work / "part.log"
+            with log.open("rb") as src:
+                part.write_bytes(src.read(args.terminal_mb << 20))
+            for _ in range(args.n):
+                terminal["bare"].append(at_terminal(["cat", str(part)], env, work))
+                terminal["ours"].append(at_terminal([str(BIN / "ledger"), "record", "--telemetry-interval", "0", "--",
+                                                     "cat", str(part)], env, work))
         redaction, cat = redaction_mb_s(log), cat_mb_s(log)
         _, rss["idle"] = run(f"{ledger} true >/dev/null", env, work)
         _, rss["no_newline"] = run(f"{ledger} bash -c 'head -c {args.mb << 20} /dev/zero | tr \"\\0\" x' >/dev/null",
@@ -246,6 +280,15 @@ def main() -> None:
          "note": f"peak RSS of ledger record above `ledger record -- true` ({rss['idle'] / 1024:.0f} MB): "
                  f"{args.mb} MB log {rss['log'] / 1024:.0f} MB, {args.mb} MB without a newline "
                  f"{rss['no_newline'] / 1024:.0f} MB"},
+        *([{"figure": f"record_cat_{args.terminal_mb}mb_at_a_terminal_vs_cat",
+            "value": round(sorted(terminal["ours"])[len(terminal["ours"]) // 2], 3), "unit": "s",
+            "reference": round(sorted(terminal["bare"])[len(terminal["bare"]) // 2], 3),
+            "ratio": round(sorted(terminal["ours"])[len(terminal["ours"]) // 2]
+                           / sorted(terminal["bare"])[len(terminal["bare"]) // 2], 3),
+            "target": None, "met": None,
+            "note": f"the first {args.terminal_mb} MB of the log printed with stdout a pseudo-terminal (drained by "
+                    "the bench): ledger record -- cat (the launch gets a pseudo-terminal too) vs cat alone"}]
+          if terminal["ours"] else []),
         {"figure": "log_redaction_mb_s", "value": round(redaction, 1), "unit": "MB/s",
          "reference": round(cat, 1), "ratio": round(redaction / cat, 4), "target": None, "met": None,
          "note": "StreamRedactor.feed_bytes over the log in the tee's batches (CPU time, in process) vs "
