@@ -3,9 +3,10 @@ into metric tables.
 
 :class:`LineCapture` is a consumer: ``feed(bytes)`` any chunks of output, ``close()`` at the end. It cuts
 lines itself (``\\n``; ``\\r`` separates progress-bar redraws), keeps at most :data:`MAX_LINE` bytes of a
-line (a longer line is counted and skipped, however long it is), and offers a line to the formats only
-when it contains one of a few words (:data:`_WORDS`), found by ``bytes.find`` over whole blocks: the rest of
-the output costs no Python work per line.
+line (of a longer line, however long, only its last segment is read, when that fits: a step line logged after a
+progress bar's redraws on the same stream; otherwise the line is counted and skipped), and offers a line to the
+formats only when it contains one of a few words (:data:`_WORDS`), found by ``bytes.find`` over whole blocks:
+the rest of the output costs no Python work per line.
 
 Rows of one format are merged by step (the first value of each metric wins: launchers that print the same
 line on every rank add nothing). The steps table of a log comes from the format that gave the most steps;
@@ -296,6 +297,8 @@ class LineCapture:
         self.ended_without_newline = False
         self._pending = b""
         self._skipping = False
+        self._tail: bytes | None = b""
+        """While skipping an overlong line: its bytes since its last ``\r`` (None: more than MAX_LINE of them)."""
         self._queue: list[bytes] = []
         self._queued = 0
         self._last: str | None = None
@@ -323,22 +326,45 @@ class LineCapture:
         if self._pending:
             data = self._pending + data
             self._pending = b""
-        if self._skipping:  # the rest of an overlong line
+        if self._skipping:  # the rest of an overlong line: only its last segment may still be read
             end = data.find(b"\n")
             if end < 0:
+                self._keep_tail(data)
                 return
             self._skipping = False
+            self._keep_tail(data[:end])
+            self._last_segment()
             data = data[end + 1:]
         last = data.rfind(b"\n")
         if last >= 0:
             self._lines(data, last + 1)
         rest = len(data) - (last + 1)
         if rest > MAX_LINE:
-            self.long_lines += 1
             self.lines += 1
             self._skipping = True
+            self._tail = b""
+            self._keep_tail(data[last + 1:])
         elif rest:
             self._pending = data[last + 1:]
+
+    def _keep_tail(self, data: bytes) -> None:
+        """Keep what follows the last ``\r`` of an overlong line's bytes so far, while it fits in MAX_LINE."""
+        cut = data.rfind(b"\r")
+        if cut >= 0:
+            self._tail = data[cut + 1:]
+        elif self._tail is not None:
+            self._tail += data
+        if self._tail is not None and len(self._tail) > MAX_LINE:
+            self._tail = None
+
+    def _last_segment(self) -> None:
+        """The end of an overlong line: its last segment (after its last ``\r``) is read as the line, as
+        :meth:`_line` reads a segment; a line without one that fits is counted in :attr:`long_lines`."""
+        tail, self._tail = self._tail, b""
+        if tail is None:
+            self.long_lines += 1
+        elif tail and (not self.hint or _hints().search(tail)):
+            self.offer(tail.decode("utf-8", "replace"), self.lines)
 
     def _lines(self, data: bytes, size: int) -> None:
         """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a
@@ -454,9 +480,15 @@ class LineCapture:
         self.lines = first + block.count
 
     def _line(self, data: bytes, start: int, end: int, lineno: int) -> None:
+        """One line: each of its segments (``\r`` separates a progress bar's redraws) offered. Of a line longer
+        than MAX_LINE, only its last segment, when that fits: a progress bar redrawn for minutes without a newline,
+        then a step line logged on the same stream, makes one such line."""
         if end - start > MAX_LINE:
-            self.long_lines += 1
-            return
+            cut = data.rfind(b"\r", start, end)
+            if cut < 0 or end - cut - 1 > MAX_LINE:
+                self.long_lines += 1
+                return
+            start = cut + 1
         raw = data[start:end]
         for segment in raw.split(b"\r") if b"\r" in raw else (raw,):
             if segment:
@@ -495,6 +527,10 @@ class LineCapture:
             self.ended_without_newline = True
             data, self._pending = self._pending + b"\n", b""
             self._lines(data, len(data))
+        if self._skipping:
+            self.ended_without_newline = True
+            self._skipping = False
+            self._last_segment()
         self._pending = b""
 
     def feed_file(self, path: Path) -> None:

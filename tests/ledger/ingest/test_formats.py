@@ -259,6 +259,30 @@ def test_line_of_any_length_is_skipped_in_bounded_memory() -> None:
     assert best is not None and sorted(best.steps) == [1, 2] and capture.long_lines == 1
 
 
+@pytest.mark.parametrize("chunk", [1 << 16, 1 << 22])
+def test_a_step_line_after_a_progress_bar_on_the_same_stream_is_read(chunk: int) -> None:
+    """A script that logs its step lines to stderr while a tqdm bar redraws there (``\\r``, no newline for minutes):
+    each step line ends a line made of all the redraws before it, far longer than MAX_LINE. Its last segment (after
+    the last ``\\r``) is read, whether the line came in one block or over many (fed in pieces of 64 KiB and 4 MiB);
+    a long line without ``\\r`` is still skipped and counted, as is one whose last segment is itself too long, and
+    the bytes kept meanwhile stay under MAX_LINE. Before, every such step line was skipped with its redraws."""
+    capture = LineCapture()
+    bar = "".join(f"\r {i // 200:3d}%|##        | {i}/20000 [00:{i % 60:02d}<03:10, 4.99it/s]" for i in range(20000))
+    assert len(bar) > 8 * MAX_LINE
+    data = "".join(f"{bar}\rstep {k} loss {3 / k:.4f} lr 1.0e-04\n" for k in range(1, 4))
+    data += "x" * (2 * MAX_LINE) + " step 99 loss 9.0\n"  # no \r: skipped
+    data += bar + "\r" + "y" * (2 * MAX_LINE) + " step 98 loss 8.0\n"  # its last segment too long: skipped
+    data += bar + "\rstep 4 loss 0.5000 lr 1.0e-04"  # the last line, without a newline
+    raw = data.encode()
+    for i in range(0, len(raw), chunk):
+        capture.feed(raw[i:i + chunk])
+        assert len(capture._pending) <= MAX_LINE and (capture._tail is None or len(capture._tail) <= MAX_LINE)
+    capture.close()
+    best = capture.best()
+    assert best is not None and sorted(best.steps) == [1, 2, 3, 4]
+    assert best.steps[2] == {"loss": 1.5, "lr": 1e-4} and capture.long_lines == 2 and capture.lines == 6
+
+
 def test_lightning_metrics_csv(tmp_path: Path) -> None:
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,lr-AdamW,step,train_loss,val_acc,val_loss\n0,0.01,9,2.31,,\n0,0.01,19,2.02,,\n"
