@@ -35,12 +35,13 @@ _NUM = NUM
 numbers, but ``2026`` in as many ways as it has digits, and a line of another shape then made ``fullmatch`` try
 every combination of every number's ways: a template of an open-instruct line, its nine numbers, took
 195 us to refuse a line that has a tenth; it takes 2.8 us)."""
-_TOKEN = re.compile(r"(?<![\w.])(?:(?>[-+]?(?:\d(?:[\d,]*\d)?(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![\d.])"
+_TOKEN = re.compile(r"(?<![\w.])(?:(?>[-+]?(?:\d(?:[\d,]*\d)?(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?!\.?\d)"
                     r"|(?:nan|inf)(?!\w))")
 """A number of a line, whole: not glued to a word or a point before it; a unit may follow (``10.52GiB``,
-``893.76ms``: the template keeps the unit as text and the scale reads it), never more digits or a point (the match
-is atomic: no shorter reading of ``893.76ms`` or ``1.2.3``). Commas only between digits (``1,234``): the comma
-after ``Step: 10,`` is the text's, where the columns' runs of number characters cut the line too."""
+``893.76ms``: the template keeps the unit as text and the scale reads it), never more digits, nor a point and a
+digit (the match is atomic: no shorter reading of ``893.76ms`` or ``1.2.3``); a full stop may end it (``loss
+2.5.``). Commas only between digits (``1,234``): the comma after ``Step: 10,`` is the text's, where the columns'
+runs of number characters cut the line too."""
 _SCALES = (1.0, 1e-3, float(2**30), 1e9)
 
 

@@ -144,6 +144,21 @@ def test_two_shapes_one_number_apart_are_each_read_by_their_template() -> None:
     assert all(t.shape() is not None for t in live)  # read as columns: `Step: 10,`'s comma is the text's
 
 
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("memory: 10.52GiB(13.29%)", ["10.52", "13.29"]),  # a unit may follow
+    ("time 893.76ms, mfu 16.68%", ["893.76", "16.68"]),  # never cut short (not 893)
+    ("Step: 10, LR: 1.9e-05, tps: 1,234", ["10", "1.9e-05", "1,234"]),  # commas only between digits
+    ("version 1.2.3 and v2 x1F lr.5", []),  # no part of a dotted version, nothing glued to a word or a point
+    ("loss 2.5. done", ["2.5"]),  # a full stop may end it
+    ("info nan inf infinity -3 +.5", ["nan", "inf", "-3", "+.5"]),
+])
+def test_a_templates_numbers_are_whole(text: str, tokens: list[str]) -> None:
+    """The numbers a template is built from (``template._TOKEN``), as its docs define them."""
+    from ledger.ingest.formats import template
+
+    assert [m.group() for m in template._TOKEN.finditer(text)] == tokens
+
+
 def test_a_shape_that_gives_no_template_is_not_tried_on_every_line(monkeypatch) -> None:
     """Lines whose loss equals their step (``step 7 loss 7``: which number is which cannot be told) never give a
     template; after LEARN_TRIES misses in a row, only every LEARN_EVERY-th line is tried (building one compares
