@@ -70,6 +70,8 @@ MODULES: tuple[Module, ...] = (
             "tests/ledger/ingest/test_mlperf_mutants.py"), 3),
     Module("megatron", ("ledger/ingest/megatron.py",),
            ("tests/ledger/ingest/test_megatron_parser.py", "tests/ledger/ingest/test_megatron_mutants.py"), 3),
+    Module("template", ("ledger/ingest/formats/template.py",), ("tests/ledger/ingest/test_formats.py",), 5),
+    Module("tee", ("ledger/record/tee.py",), ("tests/ledger/record/test_tee.py",), 5),
 )
 
 DIGITS = "0516273849"

@@ -159,6 +159,33 @@ def test_a_templates_numbers_are_whole(text: str, tokens: list[str]) -> None:
     assert [m.group() for m in template._TOKEN.finditer(text)] == tokens
 
 
+def test_a_shape_that_cannot_be_cut_into_columns_is_read_by_its_pattern() -> None:
+    """``acc 0.5-0.6`` joins two numbers into one run of number characters, so this template cannot read its lines
+    as columns: it reads them by its pattern, block by block (``Template.read_block``), among lines of other shapes
+    (a second step shape, a line of another format, lines of no format). What it reads, and what it leaves to the
+    parsers, equals the parsers' reading line by line."""
+    lines = []
+    for i in range(1, 6001):
+        if i % 7 == 0:
+            lines.append(f"step {i} loss {3 / i:.5f} lr {i % 5}e-4")
+        elif i % 11 == 0:
+            lines.append(f"iter {i}: loss {2 / i:.4f}, time {900 + i % 9:.2f}ms, mfu 16.{i % 10}0%")
+        elif i % 13 == 0:
+            lines.append(f"epoch done, saving step-{i} checkpoint")
+        else:
+            lines.append(f"step {i} loss {3 / i:.4f} acc 0.{i % 9}-0.{i % 7}")
+    fast, slow = _fast_and_slow(("\n".join(lines) + "\n").encode(), 1 << 16)
+    assert fast.lines == slow.lines == 6000
+    for name, rows in fast.rows.items():
+        want = slow.rows[name]
+        assert _printed(rows.steps) == _printed(want.steps) and rows.unparsed == want.unparsed, name
+    read = [t for t in fast.templates.items if "acc" in t.source]
+    assert read and read[0].shape() is None and not read[0].dead and read[0].uses >= 4000
+    steps = [i for i in range(1, 6001) if i % 7 == 0 or (i % 11 and i % 13)]
+    assert sorted(fast.rows["key-value"].steps) == steps and len(fast.rows["nanogpt"].steps) == len(
+        [i for i in range(1, 6001) if i % 7 and i % 11 == 0])
+
+
 def test_a_shape_that_gives_no_template_is_not_tried_on_every_line(monkeypatch) -> None:
     """Lines whose loss equals their step (``step 7 loss 7``: which number is which cannot be told) never give a
     template; after LEARN_TRIES misses in a row, only every LEARN_EVERY-th line is tried (building one compares
