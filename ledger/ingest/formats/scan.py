@@ -339,8 +339,7 @@ class LineCapture:
         if last >= 0:
             self._lines(data, last + 1)
         rest = len(data) - (last + 1)
-        if rest > MAX_LINE:
-            self.lines += 1
+        if rest > MAX_LINE:  # counted once it ends (:meth:`_last_segment`)
             self._skipping = True
             self._tail = b""
             self._keep_tail(data[last + 1:])
@@ -358,13 +357,15 @@ class LineCapture:
             self._tail = None
 
     def _last_segment(self) -> None:
-        """The end of an overlong line: its last segment (after its last ``\r``) is read as the line, as
-        :meth:`_line` reads a segment; a line without one that fits is counted in :attr:`long_lines`."""
+        """The end of an overlong line: its last segment (after its last ``\r``) is read as a line of its own, as
+        any other (:meth:`_lines`: escape sequences, hint words); a line without one that fits is counted in
+        :attr:`long_lines`."""
         tail, self._tail = self._tail, b""
         if tail is None:
             self.long_lines += 1
-        elif tail and (not self.hint or _hints().search(tail)):
-            self.offer(tail.decode("utf-8", "replace"), self.lines)
+            self.lines += 1
+        else:
+            self._lines(tail + b"\n", len(tail) + 1)
 
     def _lines(self, data: bytes, size: int) -> None:
         """The complete lines of ``data[:size]``: lines of the log's usual step shapes are read a block at a

@@ -325,6 +325,22 @@ def test_a_step_line_after_a_progress_bar_on_the_same_stream_is_read(chunk: int)
     assert best.steps[2] == {"loss": 1.5, "lr": 1e-4} and capture.long_lines == 2 and capture.lines == 6
 
 
+@pytest.mark.parametrize("chunk", [1 << 16, 1 << 22])
+def test_a_coloured_step_line_after_a_progress_bar_is_read_as_any_line(chunk: int) -> None:
+    """The last segment of an overlong line is read as any other line, escape sequences removed, whether the line
+    ended within one block or after many (the second path offered it with its colours, and no format read it)."""
+    bar = "".join(f"\r {i // 400:3d}%|##        | {i}/40000 [00:{i % 60:02d}<03:10]" for i in range(40000))
+    assert len(bar) > 1 << 20  # more than a block: the line ends in a later one when fed in 64 KiB pieces
+    raw = (bar + "\r\x1b[32mstep 1 loss 2.5000\x1b[0m\nstep 2 loss 2.0000\n").encode()
+    capture = LineCapture()
+    for i in range(0, len(raw), chunk):
+        capture.feed(raw[i:i + chunk])
+    capture.close()
+    best = capture.best()
+    assert best is not None and best.steps == {1: {"loss": 2.5}, 2: {"loss": 2.0}}
+    assert capture.lines == 2 and capture.long_lines == 0
+
+
 def test_lightning_metrics_csv(tmp_path: Path) -> None:
     path = tmp_path / "metrics.csv"
     path.write_text("epoch,lr-AdamW,step,train_loss,val_acc,val_loss\n0,0.01,9,2.31,,\n0,0.01,19,2.02,,\n"
