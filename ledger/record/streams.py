@@ -39,9 +39,12 @@ class LaunchStreams:
 
     child: list[int] = field(default_factory=list)
     reader: list[int] = field(default_factory=list)
-    terminal: list[bool] = field(default_factory=list)
     sources: list[int | None] = field(default_factory=list)
     """The wrapper's own descriptor each pseudo-terminal copies its size from (None for a pipe)."""
+
+    @property
+    def terminal(self) -> list[bool]:
+        return [source is not None for source in self.sources]
 
     @property
     def any_terminal(self) -> bool:
@@ -81,18 +84,10 @@ def launch_streams(outputs: Sequence[IO[bytes]]) -> LaunchStreams:
     for out in outputs:
         source = _terminal_fd(out)
         pair = _pseudo_terminal(source) if source is not None else None
-        if pair is None:
-            reader, child = os.pipe()
-            streams.child.append(child)
-            streams.reader.append(reader)
-            streams.terminal.append(False)
-            streams.sources.append(None)
-        else:
-            reader, child = pair
-            streams.child.append(child)
-            streams.reader.append(reader)
-            streams.terminal.append(True)
-            streams.sources.append(source)
+        reader, child = pair if pair is not None else os.pipe()
+        streams.child.append(child)
+        streams.reader.append(reader)
+        streams.sources.append(source if pair is not None else None)
     return streams
 
 

@@ -140,18 +140,15 @@ class _Spool:
                 while self.memory:
                     first = self.memory[0]
                     rest = len(first) - self.offset
-                    if size + rest <= BATCH:  # the rest of the oldest piece
-                        self.memory.popleft()
-                        parts.append(first[self.offset:] if self.offset else first)
-                        self.offset = 0
-                        size += rest
-                    elif not parts:  # a batch of it (the writer's calls hold the interpreter lock: keep them short)
-                        parts.append(first[self.offset:self.offset + BATCH])
-                        self.offset += BATCH
-                        size = BATCH
+                    if size + rest > BATCH:
+                        if not parts:  # a batch of it (the writer's calls hold the interpreter lock: keep them short)
+                            parts.append(first[self.offset:self.offset + BATCH])
+                            self.offset += BATCH
                         break
-                    else:
-                        break
+                    self.memory.popleft()  # the rest of the oldest piece
+                    parts.append(first[self.offset:] if self.offset else first)
+                    self.offset = 0
+                    size += rest
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 self.in_memory -= len(data)
                 self._maybe_caught_up()
