@@ -11,6 +11,11 @@ History:
   null, in older receipts: a v3 receipt needs only its version raised.
 - v5: clocks, ECC and topology of the GPUs and CPUs (``Gpu``, ``Hardware``) and of each node of a job
   (``NodeStack``); all default to unknown: a v4 receipt needs only its version raised.
+- v6: what a wrapped launch's output says beyond its metrics: ``failure`` (the last lines of a failed run's
+  traceback), the step identity and derived columns of each captured table (``CapturedTable``: lines read,
+  merged, segments, restarts, planned steps, ``derived``), and where the peak memory came from
+  (``Summary.peak_memory_source``, ``peak_host_memory_bytes``); the steps table gains ``epoch`` and
+  ``printed_step``. All default to unknown or empty: a v5 receipt needs only its version raised.
 
 ``migrate(data)`` upgrades a raw receipt dict step by step to :data:`SCHEMA_VERSION`. A receipt newer than
 this code raises :class:`SchemaVersionError` (upgrade stackreceipt to read it).
@@ -51,8 +56,12 @@ def _v4_to_v5(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 5}
 
 
+def _v5_to_v6(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 6}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 """MIGRATIONS[v] turns a version-v dict into a version-(v+1) dict."""
 
 

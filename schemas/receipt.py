@@ -625,6 +625,27 @@ class CapturedTable(Model):
     """Names of the metrics it gave (step columns and extra keys; for evals, split/metric)."""
     ordinal_steps: bool = F(Factor.RECORD, False)
     """The source prints no step numbers: its rows are numbered 1, 2, ... in the order printed."""
+    lines: int = F(Factor.RECORD, 0)
+    """Step lines (or records) read from the source; with ``merged``, how many rows they became."""
+    merged: int = F(Factor.RECORD, 0)
+    """Lines that gave a step already read and were merged into it: the same step printed in another shape, by
+    another rank, or again."""
+    differing: int = F(Factor.RECORD, 0)
+    """Of the merged lines, those whose values differed from the step's first reading (per-rank figures): the
+    first reading is kept."""
+    segments: int = F(Factor.RECORD, 1)
+    """Stretches of the printed step counter: a counter that goes back starts a new one (a new epoch, or a restart
+    from a checkpoint), never a repeat to drop. 1 when it never went back."""
+    restarts: int = F(Factor.RECORD, 0)
+    """Of the segments after the first, those that went back to steps already computed, with other values: a
+    restart from a checkpoint. Their steps are kept as rows of their own, later in time (goodput counts the
+    earlier computation as progress lost)."""
+    planned_steps: int | None = F(Factor.RECORD)
+    """The total the source printed beside its step counter (``20/1352``, ``global_step/max_steps``)."""
+    derived: dict[str, str] = F(Factor.RECORD, default_factory=dict)
+    """Columns the source did not print but the capture derived, each with how: ``time`` from when each line
+    arrived (output timing), ``step_time_s`` from the time between lines divided by the steps between them,
+    ``tokens`` from the configuration's batch and sequence length or a printed rate."""
 
 
 class Capture(Model):
@@ -662,7 +683,14 @@ class Summary(Model):
     step_time_s: float | None = F(Factor.RECORD)
     """Median step time after warm-up."""
     peak_memory_bytes: int | None = F(Factor.RECORD)
-    """Largest memory figure any step or telemetry sample reported."""
+    """The run's own peak memory: the largest the steps reported (device memory, as the training process or its
+    log gave it), else the largest GPU memory its processes held (NVML), else the largest memory of its process
+    tree (host). Never the whole machine's memory in use (other processes count there)."""
+    peak_memory_source: str | None = F(Factor.RECORD)
+    """Where ``peak_memory_bytes`` came from: steps, gpu processes, or process tree."""
+    peak_host_memory_bytes: int | None = F(Factor.RECORD)
+    """The largest host memory of the launch's process tree (proportional set size where the kernel gives it, else
+    resident), sampled by the wrapper; None when not sampled."""
     energy_j: float | None = F(Factor.RECORD)
     """Energy measured over the run; None when not measured (never estimated from nothing)."""
     energy_method: str = F(Factor.RECORD, "not measured")
@@ -677,6 +705,21 @@ class Summary(Model):
     """Result status the evidence itself states (MLPerf run_stop status: success, aborted), if any."""
     time_to_train_s: float | None = F(Factor.RECORD)
     """MLPerf time to train: run_stop - run_start, when the evidence gives both."""
+
+
+class Failure(Model):
+    """Why a run failed, as its output said: the last lines of its traceback (redacted)."""
+
+    exception: str | None = F(Factor.RECORD)
+    """The line naming the exception (``RuntimeError: CUDA out of memory ...``), when the output holds a Python
+    traceback; None otherwise."""
+    lines: tuple[str, ...] = F(Factor.RECORD, default=())
+    """The traceback's last lines (at most 40, each at most 500 characters), or the output's last lines when it
+    holds no traceback; secrets redacted, escape sequences removed."""
+    first_line: int | None = F(Factor.RECORD)
+    """Line number in the log where ``lines`` start."""
+    log: str | None = F(Factor.RECORD)
+    """The receipt's file the lines come from (``output.log``)."""
 
 
 class Receipt(Model):
@@ -725,3 +768,5 @@ class Receipt(Model):
     """What went wrong while capturing (probes, malformed metric lines)."""
     capture: Capture | None = F(Factor.RECORD)
     """For launches recorded by `ledger record`: where each metric table and the configuration came from."""
+    failure: Failure | None = F(Factor.RECORD)
+    """For a failed or interrupted run: why, as its output said (None when it succeeded or printed nothing)."""

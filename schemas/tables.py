@@ -32,6 +32,13 @@ STEPS = pa.schema(
         pa.field("loss_scale", pa.float64(), metadata={"doc": "Loss scale (fp16)."}),
         pa.field("memory_bytes", pa.int64(), metadata={"doc": "Peak device memory of the step."}),
         pa.field("skipped", pa.bool_(), metadata={"doc": "The optimizer step was skipped (nan/inf)."}),
+        pa.field("epoch", pa.float64(),
+                 metadata={"doc": "Epoch as the run printed or logged it (fractional where the framework prints it so, "
+                                  "e.g. Hugging Face's 0.38); null when not given."}),
+        pa.field("printed_step", pa.int64(),
+                 metadata={"doc": "The step counter as the output printed it, where it differs from step: a counter "
+                                  "that restarts each epoch (iter 20/50 of epoch 2 is step 70). Null for SDK rows and "
+                                  "where the printed counter is the step."}),
         pa.field("extra", EXTRA, metadata={"doc": "Any other numeric metric, by name."}),
     ]
 )

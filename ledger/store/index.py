@@ -33,12 +33,13 @@ if TYPE_CHECKING:  # a reader of an index that is up to date loads no Arrow (`le
 
     from ledger.store.integrity import Seen
 
-INDEX_VERSION = 5
+INDEX_VERSION = 6
 """Bump when the index layout changes (a column, a table): an index of another version is rebuilt on open,
 and one of this version is taken to have every table (:func:`_ensure_schema` writes the version last).
 (3: NVML clocks, temperature and ECC telemetry columns; 4: routing as a row per (rank, step, layer) with lists
 of counts, its per-(step, layer) summary ``routing_steps`` and the ``routing_experts`` view; 5: the shard
-stamps ``index_dirs`` and the journal offset of the incremental sync.)"""
+stamps ``index_dirs`` and the journal offset of the incremental sync; 6: the steps table's ``epoch`` and
+``printed_step``.)"""
 
 ROUTING_EXPERTS_VIEW = """
 CREATE OR REPLACE VIEW routing_experts AS

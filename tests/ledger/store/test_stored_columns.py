@@ -32,7 +32,7 @@ def known_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ledger, str, fl
         run = rec.run
         run.log_step(1, loss=4.5, lr=1e-3, tokens=1024, grad_norm=1.25, step_time_s=0.5, tokens_per_s=2048.0,
                      flops_per_s=3.0e12, aux_loss=0.01, z_loss=0.002, loss_scale=65536.0, memory_bytes=123456,
-                     skipped=False, my_metric=7.5)
+                     skipped=False, epoch=0.25, my_metric=7.5)
         run.log_step(2, loss=4.25, tokens=2048, step_time_s=0.25, skipped=True)
         run.log_eval(2, 3.9, metric="loss", split="val", source="arith", tokens=2048)
         run.log_eval(2, 0.5, metric="accuracy", split="test", source=None)
@@ -58,12 +58,14 @@ def test_every_column_of_every_table_is_stored_as_logged(known_run: tuple[Ledger
     assert {k: v for k, v in s1.items() if k not in ("time", "extra")} == {
         "rank": 0, "step": 1, "tokens": 1024, "loss": 4.5, "lr": 1e-3, "grad_norm": 1.25, "step_time_s": 0.5,
         "tokens_per_s": 2048.0, "flops_per_s": 3.0e12, "tflops_per_device": None, "global_batch": None,
-        "aux_loss": 0.01, "z_loss": 0.002, "loss_scale": 65536.0, "memory_bytes": 123456, "skipped": False}
+        "aux_loss": 0.01, "z_loss": 0.002, "loss_scale": 65536.0, "memory_bytes": 123456, "skipped": False,
+        "epoch": 0.25, "printed_step": None}
     assert dict(s1["extra"]) == {"my_metric": 7.5}
     assert {k: v for k, v in s2.items() if k not in ("time", "extra")} == {
         "rank": 0, "step": 2, "tokens": 2048, "loss": 4.25, "lr": None, "grad_norm": None, "step_time_s": 0.25,
         "tokens_per_s": None, "flops_per_s": None, "tflops_per_device": None, "global_batch": None,
-        "aux_loss": None, "z_loss": None, "loss_scale": None, "memory_bytes": None, "skipped": True}
+        "aux_loss": None, "z_loss": None, "loss_scale": None, "memory_bytes": None, "skipped": True,
+        "epoch": None, "printed_step": None}
     assert not s2["extra"]
 
     evals = rows(d / "evals.parquet")
