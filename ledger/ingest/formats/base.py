@@ -33,6 +33,21 @@ ALIASES: Mapping[str, str] = {
 
 INT_COLUMNS = frozenset({"tokens", "memory_bytes"})
 
+EPOCH = "epoch"
+"""Reserved metric name: the epoch the line printed (``epoch 2``, Hugging Face's ``'epoch': 0.38``). The capture
+puts it in the steps table's ``epoch`` column, never in ``extra``; a line with only an epoch is no step."""
+TOTAL = "@total"
+"""Reserved metric name: the total a step counter is printed against (``20/1352`` -> 1352, ms-swift's
+``'global_step/max_steps': '45/94'`` -> 94): the planned steps of the run, or of the epoch when the line prints
+an epoch too. The capture takes it as the run's planned steps (ETA) and as the length of an epoch whose counter
+restarts; never a metric."""
+RANK = "@rank"
+"""Reserved metric name: the rank a launcher's prefix names (``[rank3]:``, ``[default3]:``, ``3:``). Set by the
+capture from :func:`ledger.ingest.common.strip_rank`, never by a format: a label that tells the printers of one
+step apart, never a metric."""
+RESERVED = frozenset({EPOCH, TOTAL, RANK})
+"""Metric names that are facts about the line, not metrics (see each)."""
+
 
 @dataclass
 class Parsed:
@@ -96,4 +111,5 @@ def put(metrics: dict[str, float], name: str, value: float) -> None:
     metrics[ALIASES.get(name.lower(), name)] = value
 
 
-__all__ = ["ALIASES", "BAD", "Format", "INT_COLUMNS", "Parsed", "STEP_COLUMNS", "number", "put", "size_bytes"]
+__all__ = ["ALIASES", "BAD", "EPOCH", "RANK", "RESERVED", "TOTAL", "Format", "INT_COLUMNS", "Parsed", "STEP_COLUMNS",
+           "number", "put", "size_bytes"]
