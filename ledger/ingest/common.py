@@ -135,6 +135,12 @@ def strip_rank(line: str) -> tuple[int | None, str]:
     return int(rank), line[m.end():]
 
 
+def rank_prefix_end(line: str) -> int:
+    """Where a launcher's rank prefix ends in the line (0 without one)."""
+    m = _RANK_PREFIX.match(line)
+    return m.end() if m else 0
+
+
 def describe(path: Path) -> str:
     """What a file looks like, in words, for "expected X, found Y" messages."""
     try:
@@ -329,5 +335,5 @@ def stage_evidence(ledger: Ledger, ev: Evidence, name: str | None, tags: Mapping
 
 __all__ = [
     "Evidence", "Issues", "LineError", "WrongKind", "check_file", "conform", "describe", "numbered_lines", "open_text",
-    "publish_evidence", "sha256_of", "stage_evidence", "strip_rank", "table", "utc", "write_tables",
+    "publish_evidence", "rank_prefix_end", "sha256_of", "stage_evidence", "strip_rank", "table", "utc", "write_tables",
 ]

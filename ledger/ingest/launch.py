@@ -31,11 +31,14 @@ from typing import Any
 
 from ledger.ingest.common import write_tables
 from ledger.ingest.formats import hf, lightning, tensorboard
-from ledger.ingest.formats.pattern import compile_pattern, line_format
-from ledger.ingest.formats.scan import LineCapture, Rows, rows_of
+from ledger.ingest.formats.pattern import compile_pattern
+from ledger.ingest.formats.scan import Derived, LineCapture, Rows, rows_of
 from ledger.ingest.live import capture_root, has_table, started_at
-from ledger.ingest.worker import LiveParser, WorkerFailed
+from ledger.ingest.tokens import tokens_per_step
+from ledger.ingest.worker import LiveParser, WorkerFailed, live_capture
+from ledger.store.clock import CLOCK_FILE, read_clock
 from ledger.store.layout import (
+    ARGUMENTS_FILE,
     CAPTURE_FILE,
     LOG_FILE,
     rank_dir,
@@ -69,19 +72,29 @@ class Source:
     format: str
     path: str | None = None
     is_file: bool = False
+    built: tuple[dict[str, Any], Derived] | None = None
+
+    def tables(self, run_dir: Path, command: Sequence[str]) -> tuple[dict[str, Any], Derived]:
+        """The source's tables: printed lines timed by the output's clock (``output.clock``), tokens from the
+        launch's arguments where they settle it (:mod:`ledger.ingest.tokens`)."""
+        if self.built is None:
+            times = None
+            if not self.is_file:
+                clock = read_clock(run_dir / CLOCK_FILE)
+                times = clock.times(self.rows.merged().lines) if len(clock) else None
+            args, _ = read_json(run_dir / ARGUMENTS_FILE)
+            per_step = tokens_per_step(args, command) if isinstance(args, dict) else None
+            tables, derived = self.rows.build_tables(times, per_step.tokens if per_step else None)
+            if per_step is not None and "tokens" not in self.rows.merged().values:
+                derived.columns["tokens"] = f"step x {per_step.how}"
+            self.built = tables, derived
+        return self.built
 
 
 # ------------------------------------------------------------------------------------------- start
-def live_capture(parse: str | None) -> LineCapture:
-    """The parser of the output that the tee feeds as it writes the log (``--parse`` checked before)."""
-    if parse is not None:
-        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
-    return LineCapture()
-
-
 def live_parser(parse: str | None) -> LiveParser:
-    """:func:`live_capture` as the tee feeds it: in the wrapper for a small output, in a process of its own past
-    that (:class:`ledger.ingest.worker.LiveParser`)."""
+    """The output's parser as the tee feeds it (:func:`ledger.ingest.worker.live_capture`): in the wrapper for a
+    small output, in a process of its own past that (:class:`ledger.ingest.worker.LiveParser`)."""
     return LiveParser(parse)
 
 
@@ -172,14 +185,16 @@ def _finish(run_dir: Path, command: list[str], cwd: Path, options: CaptureOption
         if not ranked:
             continue
         pick = ranked[0]
-        table = pick.rows.tables()[table_name]
-        write_tables(rank_dir(capture_root(run_dir), 0), {table_name: table}, skip_existing=True)
-        chosen[table_name] = _describe(pick, table_name)
+        tables, derived = pick.tables(run_dir, command)
+        write_tables(rank_dir(capture_root(run_dir), 0), {table_name: tables[table_name]}, skip_existing=True)
+        chosen[table_name] = _describe(pick, table_name, derived)
         sources.append(chosen[table_name])
         also.extend(_describe(c, table_name) for c in ranked[1:])
         if table_name == "steps" and pick.rows.ordinal:
             notes.append((pick.path or LOG_FILE, f"{pick.format} lines carry no step number: steps are numbered "
                                                  "1, 2, ... in the order printed (no trainer_state.json was found)"))
+        if table_name == "steps":
+            notes.extend((pick.path or LOG_FILE, n) for n in _identity_notes(chosen[table_name]))
     line = _sentence(chosen, facts)
     facts.update({"tables": sources, "also_found": also, "unparsed_lines": unparsed, "line": line})
     write_json_atomic(run_dir / CAPTURE_FILE, facts)
@@ -191,13 +206,38 @@ def _count(rows: Rows, table: str) -> int:
     return rows.step_count() if table == "steps" else len(rows.evals)
 
 
-def _describe(src: Source, table: str) -> dict[str, Any]:
+def _describe(src: Source, table: str, derived: Derived | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"table": table, "rows": _count(src.rows, table), "source": src.source,
+                           "format": src.format, "path": src.path}
     if table == "steps":
-        metrics = src.rows.columns()
+        ident = src.rows.identity()
+        out |= {"metrics": src.rows.columns(), "ordinal_steps": src.rows.ordinal,
+                "lines": ident["lines"], "merged": ident["merged"], "differing": ident["differing"],
+                "segments": ident["segments"], "restarts": ident["restarts"], "planned_steps": ident["planned_steps"],
+                "derived": dict(derived.columns) if derived is not None else {}}
     else:
-        metrics = sorted({f"{split}/{metric}" if split else metric for _, split, metric, _ in src.rows.evals})
-    return {"table": table, "rows": _count(src.rows, table), "source": src.source, "format": src.format,
-            "path": src.path, "metrics": metrics, "ordinal_steps": src.rows.ordinal and table == "steps"}
+        out["metrics"] = sorted({f"{split}/{metric}" if split else metric for _, split, metric, _ in src.rows.evals})
+    return out
+
+
+def _identity_notes(steps: dict[str, Any]) -> list[str]:
+    """What step identity decided, for the receipt's problems (nothing when every line was a step of its own)."""
+    notes = []
+    segments, restarts = int(steps.get("segments") or 1), int(steps.get("restarts") or 0)
+    if segments > 1:
+        epochs = segments - 1 - restarts
+        parts = ([f"{epochs} new epoch(s): each segment's steps follow the previous one's"] if epochs else []) + \
+                ([f"{restarts} restart(s) from a checkpoint: the steps computed again are kept as later rows"]
+                 if restarts else [])
+        notes.append(f"the printed step counter went back {segments - 1} time(s): " + "; ".join(parts)
+                     + " (the steps table's printed_step keeps the counter as printed)")
+    merged = int(steps.get("merged") or 0)
+    if merged:
+        differing = int(steps.get("differing") or 0)
+        notes.append(f"{merged} line(s) printed a step already printed (another rank, another shape, or again) and "
+                     "were merged into it" + (f"; {differing} of them with other values, the first reading kept"
+                                               if differing else ""))
+    return notes
 
 
 def _table_metrics(table: Any, name: str) -> list[str]:
@@ -224,13 +264,31 @@ def _label(src: dict[str, Any]) -> str:
     return f"{src['path']} [{src['format']}]"
 
 
+def _identity_words(steps: dict[str, Any]) -> str:
+    """How the steps were timed and what became of their lines, in a few words: every merge and every segment
+    counted (nothing more when each line was a step of its own)."""
+    words = []
+    lines, rows = int(steps.get("lines") or 0), int(steps.get("rows") or 0)
+    segments, restarts = int(steps.get("segments") or 1), int(steps.get("restarts") or 0)
+    if segments > 1:
+        epochs = segments - 1 - restarts
+        words += ([f"{epochs + 1} epochs of the printed counter"] if epochs else []) + \
+                 ([f"{restarts} restart(s) kept as later rows"] if restarts else [])
+    if lines > rows:
+        differing = int(steps.get("differing") or 0)
+        words.append(f"{lines - rows} of {lines} lines merged into steps printed before"
+                     + (f", {differing} with other values" if differing else ""))
+    timed = ", timed by arrival" if "time" in (steps.get("derived") or {}) else ""
+    return timed + (f" ({'; '.join(words)})" if words else "")
+
+
 def _sentence(chosen: dict[str, dict[str, Any]], facts: dict[str, Any]) -> str:
     parts = []
     steps = chosen.get("steps")
     if steps:
         names = steps["metrics"]
         shown = ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
-        parts.append(f"captured {steps['rows']} steps ({shown}) from {_label(steps)}")
+        parts.append(f"captured {steps['rows']} steps ({shown}) from {_label(steps)}" + _identity_words(steps))
     else:
         parts.append(NOTHING)
     evals = chosen.get("evals")
@@ -320,4 +378,4 @@ def _common_dir(paths: list[Path], cwd: Path) -> str:
 
 
 
-__all__ = ["NOTHING", "CaptureOptions", "finish", "finished", "live_capture", "live_parser"]
+__all__ = ["NOTHING", "CaptureOptions", "finish", "finished", "live_parser"]

@@ -46,6 +46,16 @@ NICE = 10
 """How much lower the worker's priority is than the wrapper's: the launch and the pumps come first."""
 
 
+def live_capture(parse: str | None) -> LineCapture:
+    """The parser of a launch's output (``--parse``'s pattern checked before): every format, or the pattern alone
+    on every line."""
+    if parse is not None:
+        from ledger.ingest.formats.pattern import compile_pattern, line_format
+
+        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
+    return LineCapture()
+
+
 class WorkerFailed(Exception):
     """The worker is gone, stalled, or sent no result."""
 
@@ -72,10 +82,8 @@ class LiveParser:
     :attr:`long_lines` answer as :class:`LineCapture`'s do."""
 
     def __init__(self, parse: str | None, spawn_bytes: int = SPAWN_BYTES) -> None:
-        """``parse``: the user's ``--parse`` pattern (checked before), as :func:`ledger.ingest.launch.live_capture`
-        takes it; ``spawn_bytes``: output parsed here before the worker takes over."""
-        from ledger.ingest.launch import live_capture
-
+        """``parse``: the user's ``--parse`` pattern (checked before), as :func:`live_capture` takes it;
+        ``spawn_bytes``: output parsed here before the worker takes over."""
         self.parse = parse
         self.spawn_bytes = spawn_bytes
         self.capture: LineCapture | None = live_capture(parse)
@@ -292,4 +300,4 @@ def _close_others(keep: tuple[int, ...]) -> None:
                 os.close(fd)
 
 
-__all__ = ["LiveParser", "Result", "WorkerFailed"]
+__all__ = ["LiveParser", "Result", "WorkerFailed", "live_capture"]

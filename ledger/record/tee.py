@@ -14,6 +14,11 @@ Two kinds of thread:
   same redacted batch to an optional ``consumer``: live log parsing
   (:class:`ledger.ingest.formats.scan.LineCapture`), which so sees exactly what the log keeps.
 
+Each pump notes when it read each piece (the output's clock): the writer turns the notes into marks of the log's
+line count and time, appended to ``output.clock`` beside the log (:mod:`ledger.store.clock`), so that every line
+the capture reads has the time it arrived. The log is written without a user-space buffer, a batch per write:
+what the writer took is in the kernel's hands when the write returns, and survives the wrapper being killed.
+
 The pumps never wait for the writer, memory stays bounded whatever the line length and the backlog, and
 nothing unredacted is left behind when the wrapper dies (the spool's file, when there is one, has no name).
 While the child writes fast, the writer waits, so that the child gets the CPU, but not for long: at most
@@ -23,8 +28,10 @@ launch that never stops printing (a line every few milliseconds, for hours) stil
 about :data:`DEFER_S` behind at most.
 
 When the child has exited, the pumps get :data:`DRAIN_S` seconds to reach end of file; what is left of the
-child's process group is terminated, and a process outside it that keeps the pipes open no longer holds the
-wrapper (see :meth:`Tee.finish`).
+child's process group is terminated, and a process outside it that keeps the pipes open (a daemon the launch
+started) is read for at most :data:`GRACE_S` seconds after the launch exited: then its output is no longer
+recorded, and the receipt says how much was read after the exit and that the rest was cut (see
+:meth:`Tee.finish`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from ledger.store.clock import CLOCK_FILE, RESOLUTION_S, ClockWriter
+
 CHUNK = 1 << 20
 """Bytes per read of a pipe."""
 BATCH = 1 << 18
@@ -52,15 +61,19 @@ MAX_LINE = 1 << 20
 """A line longer than this is cut into pieces of this size (log and consumer)."""
 DEFER_LIMIT = 1 << 30
 """Backlog (bytes) up to which the writer defers to a child that writes fast."""
-DEFER_S = 1.0
+DEFER_S = 0.5
 """Seconds the writer defers to a child that writes fast, counted from the first byte that waited since the writer
-last caught up; past them it writes until nothing waits (and defers again only after that)."""
+last caught up; past them it writes until nothing waits (and defers again only after that). Half a second, so
+that a line that reached the wrapper is in the log (and survives the wrapper's death) within a second."""
 FAST_S = 0.02
 """The child counts as writing fast while output came within this many seconds."""
 MEMORY_LIMIT = 16 << 20
 """Backlog kept in memory; past it, the spool's file takes the rest."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
+GRACE_S = 10.0
+"""Seconds after the child exited during which a process outside its group that holds the pipes open is still
+read; past them its output is cut (and the receipt says so)."""
 SWITCH_S = 0.0005
 """The interpreter's thread switch interval while the tee runs (the default is 5 ms)."""
 _F_SETPIPE_SZ = 1031
@@ -87,13 +100,25 @@ class _Spool:
         self.tail = 0
         """The file's unread bytes (``head`` to ``tail``), all of them later than those in memory."""
         self.last_put = 0.0
+        self.put_bytes = 0
+        """Bytes put so far (the offset of the next byte in the stream of what the pumps put)."""
+        self.marks: collections.deque[tuple[int, float]] = collections.deque()
+        """When pieces were read: (offset just past the piece in the put stream, Unix time of its read); reads
+        within :data:`ledger.store.clock.RESOLUTION_S` of the previous mark extend it."""
         self.behind_since: float | None = None
         """When the first byte came that waits since the writer last caught up (None: nothing waits)."""
         self.closed = False
         self.cond = threading.Condition()
 
-    def put(self, data: bytes) -> None:
+    def put(self, data: bytes, when: float | None = None) -> None:
+        """Append a piece; ``when``: the Unix time it was read (now when not given)."""
+        when = time.time() if when is None else when
         with self.cond:
+            self.put_bytes += len(data)
+            if self.marks and when - self.marks[-1][1] < RESOLUTION_S:
+                self.marks[-1] = (self.put_bytes, self.marks[-1][1])
+            else:
+                self.marks.append((self.put_bytes, when))
             if self.tail == self.head and self.in_memory + len(data) <= MEMORY_LIMIT:
                 self.memory.append(data)
                 self.in_memory += len(data)
@@ -172,6 +197,14 @@ class _Spool:
         if not self.waiting():
             self.behind_since = None
 
+    def marks_until(self, offset: int) -> list[tuple[int, float]]:
+        """Take the marks of the pieces that end at or before ``offset`` of the put stream."""
+        out: list[tuple[int, float]] = []
+        with self.cond:
+            while self.marks and self.marks[0][0] <= offset:
+                out.append(self.marks.popleft())
+        return out
+
     def discard(self) -> None:
         """Close the file (when one was needed)."""
         if self.file is not None:
@@ -188,8 +221,13 @@ class Tee:
         :data:`LineConsumer`."""
         import hashlib
 
-        self.log = open(log_path, "ab")
+        self.log = open(log_path, "ab", buffering=0)  # a batch per write: in the kernel's hands when it returns
         self.log_path = log_path
+        self.clock = ClockWriter(log_path.with_name(CLOCK_FILE))
+        self.lines = 0
+        """Lines written to the log by this tee (the line count its clock's marks give)."""
+        self.taken = 0
+        """Bytes of the put stream the writer has logged (redacted, they may differ in length)."""
         self.digest: Any = hashlib.sha256() if self.log.tell() == 0 else None
         """The log's sha256 as written (a log that had bytes before this tee has none): kept beside it for
         publishing (:data:`ledger.store.layout.LOG_DIGEST_FILE`), which then need not read it again."""
@@ -204,6 +242,12 @@ class Tee:
         self.stopping = threading.Event()
         self.last_output = time.monotonic()
         """When a pump last read output (or the tee was made)."""
+        self.read_bytes = 0
+        """Bytes the pumps read from the child's streams."""
+        self.cutoff: float | None = None
+        """Monotonic time after which the pumps stop reading (set when the launch exited; see :data:`GRACE_S`)."""
+        self.cut = False
+        """The pumps stopped at the cutoff with the streams still open."""
         self.error: str | None = None
 
     def start(self, streams: tuple[IO[bytes], IO[bytes]], *, writer: bool = True) -> None:
@@ -255,6 +299,9 @@ class Tee:
         os.set_blocking(fd, False)  # read while data flows; poll (and look at `stopping`) only when it does not
         carry = b""
         while True:
+            if self.cutoff is not None and time.monotonic() >= self.cutoff:
+                self.cut = True
+                break
             try:
                 chunk = os.read(fd, CHUNK)
             except BlockingIOError:
@@ -269,16 +316,18 @@ class Tee:
             if not chunk:
                 break
             self.last_output = time.monotonic()
+            when = time.time()
+            self.read_bytes += len(chunk)
             _emit(out, out_fd, chunk)
             cut = chunk.rfind(b"\n")
             if cut < 0:
                 carry += chunk
                 if len(carry) >= MAX_LINE:  # a very long line: its pieces go on their own lines
                     for i in range(0, len(carry) - MAX_LINE + 1, MAX_LINE):
-                        self.spool.put(carry[i:i + MAX_LINE] + b"\n")
+                        self.spool.put(carry[i:i + MAX_LINE] + b"\n", when)
                     carry = carry[len(carry) - len(carry) % MAX_LINE:]
                 continue
-            self.spool.put(carry + chunk[: cut + 1])
+            self.spool.put(carry + chunk[: cut + 1], when)
             carry = chunk[cut + 1:]
         if carry:
             self.spool.put(carry + b"\n")
@@ -305,6 +354,7 @@ class Tee:
 
     def _batch(self, batch: bytes) -> None:
         text = self.redact(batch)
+        marks = self._marks(batch, text)
         if self.consumer is not None:
             try:
                 self.consumer(text)
@@ -314,7 +364,9 @@ class Tee:
         if self.log.closed:
             return
         try:
-            self.log.write(text)
+            view = memoryview(text)
+            while view:
+                view = view[self.log.write(view) or 0:]
         except OSError as exc:  # a full disk must never stall the child's output
             self.error = f"output.log: writing stopped: {exc.strerror or exc}"
             self.digest = None
@@ -324,12 +376,33 @@ class Tee:
         if self.digest is not None:
             self.digest.update(text)  # (hashlib leaves the interpreter lock to the pumps meanwhile)
             self.logged += len(text)
+        self.clock.write(marks)
 
-    def finish(self, pgid: int, drain_s: float = DRAIN_S) -> list[str]:
+    def _marks(self, batch: bytes, text: bytes) -> list[tuple[int, float]]:
+        """The clock's marks of a batch: for each piece the pumps read that ends in it, the log's line count once
+        the piece is written and the time it was read. Lines are counted in the batch as read; redaction keeps
+        them but for a private key's block, which it makes one line: no mark counts past the redacted batch's
+        lines."""
+        start, self.taken = self.taken, self.taken + len(batch)
+        first = self.lines
+        total = text.count(b"\n")
+        marks = []
+        counted, pos = 0, 0
+        for offset, when in self.spool.marks_until(self.taken):
+            end = min(max(offset - start, pos), len(batch))
+            counted += batch.count(b"\n", pos, end)
+            pos = end
+            marks.append((first + min(counted, total), when))
+        self.lines = first + total
+        return marks
+
+    def finish(self, pgid: int, drain_s: float = DRAIN_S, grace_s: float = GRACE_S) -> list[str]:
         """After the child exited: give the pumps ``drain_s`` seconds to reach end of file; terminate what
         is left of the child's process group (detached grandchildren); stop reading pipes that a process
         outside the group still holds; write out everything read. Returns notes for the receipt."""
         notes = []
+        exited, at_exit = time.monotonic(), self.read_bytes
+        self.cutoff = exited + grace_s
         for t in self.pumps:
             t.join(timeout=drain_s)
         if end_group(pgid):
@@ -337,11 +410,19 @@ class Tee:
             for t in self.pumps:
                 t.join(timeout=drain_s)
         if any(t.is_alive() for t in self.pumps):
+            for t in self.pumps:  # until the streams end or the cutoff
+                t.join(timeout=max(0.0, self.cutoff - time.monotonic()) + 0.5)
             self.stopping.set()
             for t in self.pumps:
                 t.join()
-            notes.append("a process outside the launch's group kept its output open; what it wrote after the "
-                         "launch exited was not recorded")
+            after = self.read_bytes - at_exit
+            if self.cut:
+                notes.append(f"a process outside the launch's group kept its output open: {_size(after)} it wrote "
+                             f"in the {grace_s:g} s after the launch exited were recorded; its output after that "
+                             "was cut (not recorded)")
+            else:
+                notes.append(f"a process outside the launch's group kept its output open; it closed it within "
+                             f"{grace_s:g} s of the launch's exit ({_size(after)} recorded after the exit)")
         if self.writer.ident is None:  # never started (the wrapper failed before): the log still gets it all
             self.writer.start()
         self.spool.close()
@@ -354,9 +435,12 @@ class Tee:
         except OSError as exc:
             self.error = self.error or f"output.log: {exc.strerror or exc}"
         self.spool.discard()
+        self.clock.close()
         sys.setswitchinterval(getattr(self, "_switch", sys.getswitchinterval()))
         if self.error:
             notes.append(self.error)
+        if self.clock.error:
+            notes.append(self.clock.error)
         return notes
 
     def _keep_digest(self) -> None:
@@ -370,6 +454,14 @@ class Tee:
         st = self.log_path.stat()  # a log that another process wrote to has another size: read at publishing
         facts = {"sha256": self.digest.hexdigest(), "bytes": self.logged, "mtime_ns": st.st_mtime_ns}
         self.log_path.with_name(LOG_DIGEST_FILE).write_text(json.dumps(facts))
+
+
+def _size(n: int) -> str:
+    """A byte count in words (``841.2 MB``)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _emit(out: IO[bytes], out_fd: int | None, chunk: bytes) -> None:

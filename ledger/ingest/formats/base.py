@@ -69,6 +69,14 @@ BAD = Parsed(step=None)
 
 Format = Callable[[str], Parsed | None]
 
+def labelled(parsed: Parsed, rank: int | None) -> Parsed:
+    """A parsed step line with the rank its prefix named (:data:`RANK`), when it named one."""
+    if rank is None or parsed is BAD or not parsed.metrics:
+        return parsed
+    return Parsed(step=parsed.step, metrics={**parsed.metrics, RANK: float(rank)}, evals=parsed.evals,
+                  ordinal=parsed.ordinal)
+
+
 _NUM = re.compile(r"^[-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
@@ -112,4 +120,4 @@ def put(metrics: dict[str, float], name: str, value: float) -> None:
 
 
 __all__ = ["ALIASES", "BAD", "EPOCH", "RANK", "RESERVED", "TOTAL", "Format", "INT_COLUMNS", "Parsed", "STEP_COLUMNS",
-           "number", "put", "size_bytes"]
+           "labelled", "number", "put", "size_bytes"]

@@ -15,6 +15,7 @@ the others are reported, never mixed in (two formats would number steps differen
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -29,11 +30,26 @@ import pyarrow as pa
 from ledger import _native
 from ledger.ingest.common import strip_rank, table
 from ledger.ingest.formats import LINE_FORMATS, columns
-from ledger.ingest.formats.base import BAD, INT_COLUMNS, STEP_COLUMNS, Format, Parsed
+from ledger.ingest.formats.base import (
+    BAD,
+    EPOCH,
+    INT_COLUMNS,
+    RANK,
+    RESERVED,
+    STEP_COLUMNS,
+    TOTAL,
+    Format,
+    Parsed,
+    labelled,
+)
+from ledger.ingest.formats.identity import Identity, Observations, identify
 from ledger.ingest.formats.keyvalue import NAME as GENERIC
 from ledger.ingest.formats.template import Templates, agrees, checks
 from schemas.tables import EXTRA
 
+ADOPT_LINES = 3
+"""A line without a step number up to this many lines after one with a step number is that step (see
+:meth:`LineCapture._add`)."""
 MAX_LINE = 1 << 16
 """Longest line (bytes) offered to the formats; longer lines are skipped and counted."""
 BLOCK = 1 << 20
@@ -64,223 +80,369 @@ Column = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]", "npt.NDArray[np
 """One metric's observations: (line number, step, value), each an array."""
 _INT64 = 1 << 63
 COMPACT_ROWS = 1 << 16
-"""Rows read as columns that are merged by step once this many (or as many as already merged) are pending."""
+"""Chunks of rows read as columns are joined into one once this many rows (or as many as already joined) are
+pending: a long log leaves a few large arrays, not one small chunk per block."""
+Chunk = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int64]",
+              dict[str, tuple["npt.NDArray[np.float64]", "npt.NDArray[np.bool_]"]]]
+"""Observations: their line numbers, printed steps and, per metric, its values and where it was given (a NaN a
+line printed, a diverged loss, is given; a metric a line did not print is not)."""
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the capture derived for a steps table beyond what its source printed (see :meth:`Rows.tables`)."""
+
+    columns: dict[str, str] = field(default_factory=dict)
+    """Column -> how it was derived."""
 
 
 @dataclass
 class Merged:
-    """Rows merged by step: the sorted distinct steps and, per metric, its values and where it was given."""
+    """The steps of one source after step identity (:mod:`.identity`), one row per step, in the order printed."""
 
     steps: npt.NDArray[np.int64]
+    """The step of the run of each row."""
+    lines: npt.NDArray[np.int64]
+    """The line that printed each row first (its time is that line's arrival)."""
+    printed: npt.NDArray[np.int64]
+    """The counter as that line printed it."""
+    generation: npt.NDArray[np.int64]
+    """0, or the restarts before the row (a restart's rows repeat earlier steps)."""
     values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]]
+    """Per metric (``epoch`` included, the reserved ``@`` names not): its value on each row and whether given."""
+    evals: list[tuple[int, int, str | None, str, float]]
+    """(line, step of the run, split, metric, value), in the order printed."""
+    identity: dict[str, int | None]
+    """What step identity decided: lines, merged, differing, segments, restarts, epochs, planned_steps."""
+    offset: bool = False
+    """Some row's step is not its printed counter (epochs offset the counter)."""
 
 
 @dataclass
 class Rows:
-    """What one format (or file) gave: steps merged by step (the first value of each metric in file order
-    wins), evals, unparsed line numbers.
+    """What one format (or file) gave: every step line it read, with its line number, and the evals.
 
-    Lines read by a format's parser come one by one (:meth:`add`); the lines of a block read by a template
-    come as columns (:meth:`add_columns`), kept as numpy arrays, never one Python object per line."""
+    Lines read by a format's parser come one by one (:meth:`add`); the lines of a block read by a template come
+    as columns (:meth:`add_columns`), kept as numpy arrays, never one Python object per line. Nothing is merged as
+    lines come: :meth:`merged` decides once, over every line in the order printed, which lines are one step and
+    which step of the run each is (:func:`.identity.identify`)."""
 
     name: str
-    evals: list[tuple[int, str | None, str, float]] = field(default_factory=list)
     unparsed: list[int] = field(default_factory=list)
     ordinal: bool = False
     last_step: int | None = None
+    """The counter of the latest step line added one by one."""
     _count: int = 0
-    _slow: dict[int, dict[str, tuple[float, int]]] = field(default_factory=dict)
+    _slow_lines: list[int] = field(default_factory=list)
+    _slow_steps: list[int] = field(default_factory=list)
+    _slow_metrics: list[dict[str, float]] = field(default_factory=list)
+    _slow_shapes: list[int] = field(default_factory=list)
+    """Per slow line: 0, or 1 for a line of another format that joined this one (:meth:`LineCapture._add`)."""
+    _raw_evals: list[tuple[int, int | None, str | None, str, float]] = field(default_factory=list)
     _names: dict[str, None] = field(default_factory=dict)
-    _chunks: list[dict[str, Column]] = field(default_factory=list)
+    _chunks: list[Chunk] = field(default_factory=list)
     _pending: int = 0
-    _compacted: int = 0
-    _last_line: int = -1
-    _fast_last: tuple[int, int] | None = None
+    _joined: int = 0
     _merged: Merged | None = None
 
-    def add(self, parsed: Parsed, where: int = 0) -> None:
-        """One parsed line (``where``: its line number, for problems and for the order of values)."""
+    def add(self, parsed: Parsed, where: int = 0, joined: bool = False) -> None:
+        """One parsed line (``where``: its line number, for problems and for the order of lines; ``joined``: a line
+        of another format, without a counter of its own, that joined this format's step)."""
         step = parsed.step
         if parsed is BAD or (step is not None and not -_INT64 <= step < _INT64):  # a step no table can hold
             self.unparsed.append(where)
             return
-        if parsed.metrics and set(parsed.metrics) - {"epoch"}:
+        if parsed.metrics and set(parsed.metrics) - RESERVED:
             if step is None:  # a format that prints no step number: number the lines
                 self._count += 1
                 step, self.ordinal = self._count, True
-            row = self._slow.setdefault(step, {})
-            for k, v in parsed.metrics.items():
-                if k not in row:
-                    row[k] = (v, where)
-                    self._names.setdefault(k)
-            self.last_step, self._last_line = step, where
+            self._slow_lines.append(where)
+            self._slow_steps.append(step)
+            self._slow_metrics.append(parsed.metrics)
+            self._slow_shapes.append(int(joined))
+            self._names.update(dict.fromkeys(parsed.metrics))
+            self.last_step = step
             self._merged = None
         if parsed.evals:
-            at = step if step is not None else self._step_before(where)
-            if at is None:
-                at = 0
-            self.evals.extend((at, split, metric, value) for split, metric, value in parsed.evals)
+            self._raw_evals.extend((where, step, split, metric, value) for split, metric, value in parsed.evals)
+            self._merged = None
 
     def add_columns(self, lines: npt.NDArray[np.int64], steps: npt.NDArray[np.int64],
                     values: Mapping[str, npt.NDArray[np.float64]]) -> None:
         """Lines read as columns: their line numbers (increasing), steps and each metric's values."""
-        if not len(lines) or not set(values) - {"epoch"}:
+        if not len(lines) or not set(values) - RESERVED:
             return
-        if self._chunks:  # the latest chunk is always as read (lines increasing): its last row is the latest
-            last_lines, last_steps, _ = next(iter(self._chunks[-1].values()))
-            self._fast_last = (int(last_lines[-1]), int(last_steps[-1]))
-        if self._pending >= max(COMPACT_ROWS, self._compacted):
-            self._compact()
-        self._chunks.append({name: (lines, steps, column) for name, column in values.items()})
+        if self._pending >= max(COMPACT_ROWS, self._joined):
+            self._join()
+        every = np.ones(len(lines), np.bool_)
+        self._chunks.append((lines, steps, {name: (column, every) for name, column in values.items()}))
         self._names.update(dict.fromkeys(values))
         self._pending += len(lines)
         self._merged = None
 
-    def _step_before(self, where: int) -> int | None:
-        """The latest step seen before line ``where`` (evals printed without a step belong to it)."""
-        best = (self._last_line, self.last_step) if self.last_step is not None and self._last_line < where else None
-        fast = self._fast_last
-        if self._chunks:
-            lines, steps, _ = next(iter(self._chunks[-1].values()))
-            i = int(np.searchsorted(lines, where)) - 1
-            if i >= 0:
-                fast = (int(lines[i]), int(steps[i]))
-        if fast is not None and fast[0] < where and (best is None or fast[0] > best[0]):
-            best = fast
-        return None if best is None else best[1]
-
-    def _compact(self) -> None:
-        """Merge the columns read so far by step (first in file order wins), keeping where each value came from."""
-        merged: dict[str, Column] = {}
-        for name in self._names:
-            parts = [chunk[name] for chunk in self._chunks if name in chunk]
-            if parts:
-                merged[name] = _first_by_step(parts)
-        self._chunks = [merged] if merged else []
-        self._compacted = max((len(c[1]) for c in merged.values()), default=0)
+    def _join(self) -> None:
+        """The chunks read so far as one (concatenated, nothing merged)."""
+        if len(self._chunks) > 1:
+            self._chunks = [_concat(self._chunks, list(self._names))]
+        self._joined = sum(len(c[0]) for c in self._chunks)
         self._pending = 0
 
+    def observations(self) -> Observations:
+        """Every step line read, in the order printed."""
+        names = list(self._names)
+        parts = list(self._chunks)
+        if self._slow_lines:
+            n = len(self._slow_lines)
+            slow: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+            for name in names:
+                given = np.fromiter((name in m for m in self._slow_metrics), np.bool_, n)
+                if given.any():
+                    slow[name] = (np.fromiter((m.get(name, math.nan) for m in self._slow_metrics), np.float64, n),
+                                  given)
+            parts.insert(0, (np.asarray(self._slow_lines, np.int64), np.asarray(self._slow_steps, np.int64), slow))
+        if not parts:
+            return Observations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                np.zeros(0), {})
+        lines, steps, values = parts[0] if len(parts) == 1 else _concat(parts, names)
+        if lines.size > 1 and not (lines[1:] >= lines[:-1]).all():  # the slow lines and the columns interleave
+            order = np.argsort(lines, kind="stable")
+            lines, steps = lines[order], steps[order]
+            values = {k: (v[order], p[order]) for k, (v, p) in values.items()}
+        rank = values.pop(RANK, None)
+        total = values.pop(TOTAL, None)
+        labels = np.full(lines.size, -1, np.int64)
+        if rank is not None:
+            ok = rank[1] & np.isfinite(rank[0])
+            labels[ok] = rank[0][ok].astype(np.int64)
+        totals = np.full(lines.size, math.nan)
+        if total is not None:
+            totals[total[1]] = total[0][total[1]]
+        shapes = None
+        if any(self._slow_shapes):
+            shapes = np.zeros(lines.size, np.int64)
+            shapes[np.isin(lines, np.asarray(self._slow_lines, np.int64)[np.asarray(self._slow_shapes, bool)])] = 1
+        return Observations(lines=lines, steps=steps, labels=labels, totals=totals, values=values, shapes=shapes)
+
     def merged(self) -> Merged:
-        """All rows merged by step."""
+        """The steps after step identity (:func:`.identity.identify`), with the evals at their steps."""
         if self._merged is not None:
             return self._merged
-        columns: dict[str, list[Column]] = {name: [chunk[name] for chunk in self._chunks if name in chunk]
-                                            for name in self._names}
-        slow: dict[str, tuple[list[int], list[int], list[float]]] = {}
-        for step, row in self._slow.items():
-            for k, (v, line) in row.items():
-                lines, steps, vals = slow.setdefault(k, ([], [], []))
-                lines.append(line)
-                steps.append(step)
-                vals.append(v)
-        for k, (line_list, step_list, value_list) in slow.items():  # first: the lines read one by one are
-            columns.setdefault(k, []).insert(0, (  # mostly the first of the log (before a template is learned)
-                np.asarray(line_list, np.int64), np.asarray(step_list, np.int64), np.asarray(value_list, np.float64)))
-        firsts = {name: _first_by_step(columns[name])[1:] for name in self._names if columns.get(name)}
-        all_steps = [steps for steps, _ in firsts.values()]
-        every = bool(all_steps) and all(np.array_equal(all_steps[0], other) for other in all_steps[1:])
-        if every:
-            distinct = all_steps[0]  # every metric on every step (most logs): the steps as merged
-        else:
-            distinct = _distinct(np.concatenate(all_steps)) if all_steps else np.empty(0, np.int64)
+        obs = self.observations()
+        ident = identify(obs)
+        n_rows = ident.step.size
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
-        for name, (first_steps, first_values) in firsts.items():
-            if every:  # each metric's values already one per step, in the steps' order
-                values[name] = (first_values, np.ones(len(distinct), bool))
+        for name, (column, present) in obs.values.items():
+            if not present.any():
                 continue
-            column = np.full(len(distinct), np.nan)
-            present = np.zeros(len(distinct), bool)
-            at = np.searchsorted(distinct, first_steps)
-            column[at] = first_values
-            present[at] = True
-            values[name] = (column, present)
-        self._merged = Merged(distinct, values)
+            at = np.flatnonzero(present)  # observations in line order: the first reading of each row wins
+            rows_at, first = np.unique(ident.row[at], return_index=True)
+            out = np.full(n_rows, math.nan)
+            given = np.zeros(n_rows, np.bool_)
+            out[rows_at] = column[at[first]]
+            given[rows_at] = True
+            values[name] = (out, given)
+        totals = obs.totals[np.isfinite(obs.totals)]
+        planned = int(totals.max()) if totals.size and not ident.epochs else None
+        facts: dict[str, int | None] = {
+            "lines": int(obs.lines.size), "merged": ident.merged, "differing": ident.differing,
+            "segments": ident.segments, "restarts": ident.restarts, "epochs": ident.epochs, "planned_steps": planned}
+        lines = obs.lines[ident.first] if n_rows else np.zeros(0, np.int64)
+        evals = _place_evals(self._raw_evals, obs, ident, lines)
+        self._merged = Merged(ident.step, lines, ident.printed, ident.generation, values, evals, facts,
+                              ident.offset)
         return self._merged
 
     def frozen(self) -> Rows:
-        """These rows as :meth:`merged` has them, without the columns and lines they were merged from (what the
-        output's parser process sends back: about half the bytes). Nothing may be added to them."""
-        return replace(self, _chunks=[], _slow={}, _pending=0, _merged=self.merged())
+        """These rows as :meth:`merged` has them, without the lines they were merged from (what the output's parser
+        process sends back). Nothing may be added to them."""
+        merged = self.merged()
+        return replace(self, _chunks=[], _slow_lines=[], _slow_steps=[], _slow_metrics=[], _slow_shapes=[],
+                       _raw_evals=[], _pending=0, _merged=merged)
 
     def step_count(self) -> int:
-        """Distinct steps."""
+        """Steps (rows after step identity)."""
         if self._merged is not None:
             return len(self._merged.steps)
-        if not self._chunks:
-            return len(self._slow)
+        if not self._chunks and not self._slow_lines:
+            return 0
         return len(self.merged().steps)
 
     @property
+    def evals(self) -> list[tuple[int, str | None, str, float]]:
+        """The evals as (step of the run, split, metric, value), in the order printed."""
+        if self._merged is None and not self._raw_evals:
+            return []
+        return [(step, split, metric, value) for _, step, split, metric, value in self.merged().evals]
+
+    @property
     def steps(self) -> dict[int, dict[str, float]]:
-        """The steps as ``{step: {metric: value}}`` (built on demand: for tests and small files)."""
+        """The steps as ``{step: {metric: value}}`` (the first row of a step repeated by a restart; built on
+        demand: for tests and small files)."""
         m = self.merged()
-        out: dict[int, dict[str, float]] = {int(s): {} for s in m.steps}
+        out: dict[int, dict[str, float]] = {}
+        rows: dict[int, int] = {}
+        for i, s in enumerate(m.steps.tolist()):
+            if s not in out:
+                out[s], rows[i] = {}, s
         for name, (column, present) in m.values.items():
-            for i in np.flatnonzero(present):
-                out[int(m.steps[i])][name] = float(column[i])
+            for at in np.flatnonzero(present).tolist():
+                if at in rows:
+                    out[rows[at]][name] = float(column[at])
         return out
 
     def columns(self) -> list[str]:
-        """Metric names of the steps, columns first, in a stable order."""
-        names = self._names
+        """Metric names of the steps, columns first, in a stable order (``epoch`` and the reserved names not)."""
+        names = [n for n in self._names if n not in RESERVED] if self._merged is None or self._names else \
+            [n for n in self._merged.values if n not in RESERVED]
         known = [c for c in ("loss", "lr", "grad_norm") if c in names]
         return known + sorted(n for n in names if n not in known)
 
+    def identity(self) -> dict[str, int | None]:
+        """What step identity decided (see :class:`Merged`)."""
+        return dict(self.merged().identity)
+
     def tables(self) -> dict[str, pa.Table]:
-        """The steps and evals tables (rank 0, no wall time: a log line has none we can trust)."""
+        """The steps and evals tables (rank 0) as the source printed them: no time, nothing derived."""
+        return self.build_tables()[0]
+
+    def build_tables(self, times: npt.NDArray[np.float64] | None = None, tokens_per_step: float | None = None
+                     ) -> tuple[dict[str, pa.Table], Derived]:
+        """The steps and evals tables (rank 0), and what was derived.
+
+        ``times``: the arrival time of each row's first line (:meth:`Merged.lines` through the output's clock,
+        NaN where unknown): the ``time`` column, and, where the source printed no step time, ``step_time_s``
+        from the time between two rows divided by the steps between them (rows that arrived together, the output
+        buffered, share the time since the previous arrival over all their steps). ``tokens_per_step``: tokens of
+        one step (from the configuration), making the ``tokens`` column (the step of the run times it) where the
+        source printed none."""
         m = self.merged()
         n = len(m.steps)
+        derived: dict[str, str] = {}
         cols: dict[str, pa.Array] = {"rank": pa.array(np.zeros(n, np.int32)), "step": pa.array(m.steps)}
+        values = dict(m.values)
+        if times is not None and n and np.isfinite(times).any():
+            cols["time"] = pa.array(times, mask=~np.isfinite(times))
+            derived["time"] = "when the line arrived (output timing)"
+            if "step_time_s" not in values:
+                dt = step_times(m.steps, times, m.generation)
+                if np.isfinite(dt).any():
+                    values["step_time_s"] = (dt, np.isfinite(dt))
+                    derived["step_time_s"] = ("time between the lines of two steps, divided by the steps between "
+                                              "them (output timing)")
+        if tokens_per_step is not None and tokens_per_step > 0 and "tokens" not in values and n:
+            values["tokens"] = (m.steps.astype(np.float64) * tokens_per_step, m.steps > 0)
+        if m.offset:
+            cols["printed_step"] = pa.array(m.printed)
+        if EPOCH in values:
+            column, present = values.pop(EPOCH)
+            cols["epoch"] = pa.array(column, mask=~present)
         for name in sorted(STEP_COLUMNS):
-            if name not in m.values:
+            if name not in values:
                 continue
-            column, present = m.values[name]
+            column, present = values[name]
             if name in INT_COLUMNS:
                 ok = present & np.isfinite(column)
                 cols[name] = pa.array(np.where(ok, column, 0).astype(np.int64), mask=~ok)
             else:
                 cols[name] = pa.array(column, mask=~present)
-        extra = [name for name in m.values if name not in STEP_COLUMNS]
+        extra = [name for name in values if name not in STEP_COLUMNS and name not in RESERVED]
         if extra:
-            present = np.stack([m.values[name][1] for name in extra], axis=1)
+            present = np.stack([values[name][1] for name in extra], axis=1)
             if present.all():  # every custom metric on every step (most logs): no search for where
                 rows_at = np.repeat(np.arange(n), len(extra))
                 names_at = np.tile(np.arange(len(extra)), n)
             else:
                 rows_at, names_at = np.nonzero(present)  # row-major: each row's names in order
-            items = np.stack([m.values[name][0] for name in extra], axis=1)[rows_at, names_at]
+            items = np.stack([values[name][0] for name in extra], axis=1)[rows_at, names_at]
             offsets = np.zeros(n + 1, np.int32)
             np.cumsum(present.sum(axis=1), out=offsets[1:])
             cols["extra"] = pa.MapArray.from_arrays(
                 pa.array(offsets), pa.array(extra, pa.string()).take(pa.array(names_at)), pa.array(items, pa.float64()),
                 type=EXTRA, mask=pa.array(~present.any(axis=1)))
-        evals = self.evals
+        evals = m.evals
+        eval_times = None
+        if times is not None and evals and n:
+            eval_times = _eval_times(evals, m.lines, times)
         ev_cols: dict[str, list[object]] = {
-            "rank": [0] * len(evals), "step": [e[0] for e in evals], "split": [e[1] for e in evals],
-            "metric": [e[2] for e in evals], "value": [e[3] for e in evals],
+            "rank": [0] * len(evals), "step": [e[1] for e in evals], "split": [e[2] for e in evals],
+            "metric": [e[3] for e in evals], "value": [e[4] for e in evals],
         }
-        return {"steps": table("steps", cols), "evals": table("evals", ev_cols)}
+        if eval_times is not None:
+            ev_cols["time"] = [None if not math.isfinite(t) else t for t in eval_times]
+        return {"steps": table("steps", cols), "evals": table("evals", ev_cols)}, Derived(derived)
 
 
-def _distinct(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Sorted distinct values (by sorting: numpy's hashing ``unique`` is far slower on a million steps)."""
-    if len(values) > 1 and (values[1:] > values[:-1]).all():  # already distinct and sorted: one step a line
-        return values
-    values = np.sort(values)
-    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+def step_times(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
+               generation: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Seconds per step from when each row's line arrived: between two arrivals, the time over the steps between
+    them; rows that arrived together (output buffered by the launch) share that figure. NaN for the first arrival,
+    across a restart, where the steps do not rise, and where a time is unknown."""
+    n = steps.size
+    out = np.full(n, math.nan)
+    if n < 2:
+        return out
+    ok = np.isfinite(times)
+    # arrivals: runs of rows with one time (and one generation)
+    new = np.ones(n, np.bool_)
+    new[1:] = (times[1:] != times[:-1]) | (generation[1:] != generation[:-1]) | ~ok[1:] | ~ok[:-1]
+    start = np.flatnonzero(new)
+    end = np.r_[start[1:], n] - 1  # last row of each arrival
+    t = times[start]
+    last_step = steps[end]
+    dt = np.full(start.size, math.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = t[1:] - t[:-1]
+        rose = last_step[1:] - last_step[:-1]
+        same_gen = generation[start[1:]] == generation[end[:-1]]
+        good = (rose > 0) & (gap >= 0) & same_gen & np.isfinite(gap)
+        dt[1:] = np.where(good, gap / np.where(rose > 0, rose, 1), math.nan)
+    which = np.cumsum(new) - 1
+    out[:] = dt[which]
+    out[~ok] = math.nan
+    return out
 
 
-def _first_by_step(parts: list[Column]) -> Column:
-    """Observations merged by step: per step, the value of the lowest line number (sorted by step)."""
+def _eval_times(evals: list[tuple[int, int, str | None, str, float]], row_lines: npt.NDArray[np.int64],
+                row_times: npt.NDArray[np.float64]) -> list[float]:
+    """The time of each eval: that of its own line when a step row was printed on it, else of the latest step row
+    printed before it (the capture's clock times step rows; an eval's own line time is not kept)."""
+    at = np.searchsorted(row_lines, np.asarray([e[0] for e in evals], np.int64), side="right") - 1
+    return [float(row_times[i]) if i >= 0 else math.nan for i in at.tolist()]
+
+
+def _concat(parts: list[Chunk], names: list[str]) -> Chunk:
+    """Chunks as one (a metric a chunk lacks is not given there)."""
     lines = np.concatenate([p[0] for p in parts])
     steps = np.concatenate([p[1] for p in parts])
-    vals = np.concatenate([p[2] for p in parts])
-    if len(lines) > 1 and (lines[1:] > lines[:-1]).all() and (steps[1:] > steps[:-1]).all():
-        return lines, steps, vals  # in file order, each step once, increasing: already merged
-    order = np.argsort(lines, kind="stable")
-    distinct, first = np.unique(steps[order], return_index=True)
-    pick = order[first]
-    return lines[pick], distinct, vals[pick]
+    values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+    for name in names:
+        if not any(name in p[2] for p in parts):
+            continue
+        values[name] = (
+            np.concatenate([p[2][name][0] if name in p[2] else np.full(len(p[0]), math.nan) for p in parts]),
+            np.concatenate([p[2][name][1] if name in p[2] else np.zeros(len(p[0]), np.bool_) for p in parts]))
+    return lines, steps, values
+
+
+def _place_evals(raw: list[tuple[int, int | None, str | None, str, float]], obs: Observations, ident: Identity,
+                 row_lines: npt.NDArray[np.int64]) -> list[tuple[int, int, str | None, str, float]]:
+    """Each eval at its step of the run: the step of the latest step line printed at or before its line (an eval
+    printed without a step belongs to the step before it); an eval that printed its own counter gets it with the
+    offset of the segment in force there. 0 when no step line came before."""
+    if not raw:
+        return []
+    where = np.asarray([e[0] for e in raw], np.int64)
+    at = np.searchsorted(obs.lines, where, side="right") - 1
+    out = []
+    for (line, printed, split, metric, value), i in zip(raw, at.tolist(), strict=True):
+        if i < 0:
+            step = printed if printed is not None else 0
+        else:
+            row = int(ident.row[i])
+            base = int(ident.step[row]) - int(ident.printed[row])
+            step = int(ident.step[row]) if printed is None else printed + base
+        out.append((line, step, split, metric, value))
+    return out
 
 
 class LineCapture:
@@ -302,6 +464,10 @@ class LineCapture:
         self._queue: list[bytes] = []
         self._queued = 0
         self._last: str | None = None
+        self._real: tuple[str, int, int] | None = None
+        """The latest line read one by one that printed a step number: its format, step and line number."""
+        self._block_real: list[tuple[str, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        """The step lines of the block being read that were read as columns: format, line numbers, steps."""
         self.templates = Templates(self.formats, enabled=fast)
         self._spread = True
         """Whether most lines of the last block read as columns had no template's shape."""
@@ -457,7 +623,8 @@ class LineCapture:
             checked = -1
             for j in checks(uses, len(got.lines)):
                 line = block.line(int(got.lines[j])).decode("utf-8", "replace")
-                parsed = Parsed(step=int(got.steps[j]), metrics={k: float(v[j]) for k, v in got.values.items()})
+                parsed = Parsed(step=int(got.steps[j]), metrics={**{k: float(v[j]) for k, v in got.values.items()},
+                                                                 **dict(template.constants)})
                 if not agrees(parsed, self.templates.parse(template.format, line)):
                     template.dead = True
                     template.uses = uses + j + 1
@@ -465,7 +632,10 @@ class LineCapture:
                     break
                 checked = j
             if len(got.lines):
-                self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, got.values)
+                values = got.values if not template.constants else {
+                    **got.values, **{k: np.full(len(got.lines), v) for k, v in template.constants}}
+                self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, values)
+                self._block_real.append((template.format, got.lines + (first + 1), got.steps))
                 unread = block.mark_read(unread, got.lines)
             if template.dead:
                 break
@@ -479,6 +649,11 @@ class LineCapture:
         for i in others.tolist():
             self._line(data, int(offsets[i]), int(offsets[i + 1]) - 1, first + i + 1)
         self.lines = first + block.count
+        if self._block_real:  # the block's last step line read as columns is the latest real step from now on
+            fmt, lines, steps = max(self._block_real, key=lambda r: int(r[1][-1]))
+            if self._real is None or int(lines[-1]) > self._real[2]:
+                self._real = (fmt, int(steps[-1]), int(lines[-1]))
+            self._block_real = []
 
     def _line(self, data: bytes, start: int, end: int, lineno: int) -> None:
         """One line: each of its segments (``\r`` separates a progress bar's redraws) offered. Of a line longer
@@ -496,30 +671,61 @@ class LineCapture:
                 self.offer(segment.decode("utf-8", "replace"), lineno)
 
     def offer(self, line: str, lineno: int) -> None:
-        """One line (without its line end) to the formats; the first that recognises it keeps it."""
+        """One line (without its line end) to the formats; the first that recognises it keeps it. A launcher's rank
+        prefix is a label of the line (:data:`.base.RANK`), never part of what the formats read."""
         fast = self.templates.read(line)
         if fast is not None:
-            self.rows[fast[0]].add(fast[1], lineno)
+            self._add(fast[0], fast[1], lineno)
             return
-        _, text = strip_rank(line)
+        rank, text = strip_rank(line)
         if "iteration" in text and _MEGATRON.search(text):
             return  # Megatron-LM's own parser reads these
         last = self._last
         if last is not None:  # a log keeps to its format: try the last specific one that read a line first
             parsed = self.formats[last](text)
             if parsed is not None and parsed is not BAD:
-                self.rows[last].add(parsed, lineno)
+                parsed = labelled(parsed, rank)
+                self._add(last, parsed, lineno)
                 self.templates.learn(last, line, parsed)
                 return
         for name, parse in self.formats.items():
             parsed = parse(text)
             if parsed is not None:
-                self.rows[name].add(parsed, lineno)
+                parsed = labelled(parsed, rank)
+                self._add(name, parsed, lineno)
                 if parsed is not BAD:
                     if name != GENERIC:
                         self._last = name
                     self.templates.learn(name, line, parsed)
                 return
+
+    def _add(self, name: str, parsed: Parsed, lineno: int) -> None:
+        """A parsed line to its format's rows. A line that prints no step number right after one of another format
+        that did (within :data:`ADOPT_LINES` lines: LlamaFactory's callback line, then the Trainer's dict of the
+        same step) is that step, in that line's format, so that step identity merges the two; evals printed
+        without a step belong to the latest step any format read, in that format's rows. Otherwise a line without a
+        step number is numbered by its own format in the order printed."""
+        real = self._real_before(lineno)
+        if parsed.step is None and parsed is not BAD and real is not None and real[0] != name:
+            if parsed.metrics and lineno - real[2] <= ADOPT_LINES:
+                self.rows[real[0]].add(replace(parsed, step=real[1], ordinal=False), lineno, joined=True)
+                return
+            if parsed.evals and not parsed.metrics:
+                self.rows[real[0]].add(parsed, lineno)
+                return
+        if parsed.step is not None and parsed.metrics and parsed is not BAD:
+            self._real = (name, parsed.step, lineno)
+        self.rows[name].add(parsed, lineno)
+
+    def _real_before(self, lineno: int) -> tuple[str, int, int] | None:
+        """The latest line before ``lineno`` that printed a step number: read one by one, or as columns in the block
+        being read (whose lines are read before its other lines)."""
+        best = self._real if self._real is not None and self._real[2] < lineno else None
+        for fmt, lines, steps in self._block_real:
+            i = int(np.searchsorted(lines, lineno)) - 1
+            if i >= 0 and (best is None or int(lines[i]) > best[2]):
+                best = (fmt, int(steps[i]), int(lines[i]))
+        return best
 
     def close(self) -> None:
         """End of output: a last line without a line end is read too."""

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ledger.ingest.formats.base import Format, Parsed
+from ledger.ingest.formats.base import RANK, Format, Parsed, labelled
 from ledger.ingest.formats.columns import NUM, Shape, prepare, scaled
 
 CHECK_FIRST = 8
@@ -60,6 +60,9 @@ class Template:
     """The line it was built from."""
     spans: tuple[tuple[int, int], ...] = ()
     """Where the numbers are in that line."""
+    constants: tuple[tuple[str, float], ...] = ()
+    """Values every line of the shape gives without a number of its own: the rank a launcher's prefix names
+    where its digits are part of the literal text (``[rank3]:``; each rank's lines then have a template)."""
     uses: int = 0
     dead: bool = False
     failures: int = 0
@@ -103,6 +106,7 @@ class Template:
                 metrics = {name: scaled(_float(groups[g]), scale) for name, g, scale in metrics_of}
             except ValueError:
                 continue
+            metrics.update(self.constants)
             parsed = Parsed(step=step, metrics=metrics)
             if checked(self.uses) and not agrees(parsed, verify(m.group())):
                 self.dead = True
@@ -133,6 +137,7 @@ class Template:
             metrics = {name: scaled(_float(groups[g]), scale) for name, g, scale in self.metrics}
         except ValueError:
             return None
+        metrics.update(self.constants)
         return Parsed(step=step, metrics=metrics, ordinal=self.step_group is None)
 
 
@@ -192,7 +197,23 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
         step_group = steps[0]
         used.add(step_group)
     metrics: list[tuple[str, int, float]] = []
+    constants: tuple[tuple[str, float], ...] = ()
+    rank = parsed.metrics.get(RANK)
+    if rank is not None:  # the number of the launcher's prefix, else a constant of the literal prefix
+        from ledger.ingest.common import rank_prefix_end
+
+        end = rank_prefix_end(line)
+        found_rank = [i for i, t in enumerate(tokens) if t.end() <= end and i not in used and values[i] == rank]
+        if len(found_rank) == 1:
+            used.add(found_rank[0])
+            metrics.append((RANK, found_rank[0], 1.0))
+        elif not any(t.end() <= end for t in tokens):
+            constants = ((RANK, rank),)
+        else:
+            return None
     for key, value in parsed.metrics.items():
+        if key == RANK:
+            continue
         found = [(i, s) for s in _SCALES for i, v in enumerate(values) if i not in used and _same(scaled(v, s), value)]
         if len({i for i, _ in found}) != 1:
             return None
@@ -212,7 +233,8 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
         regex = re.compile("".join(parts))
     except re.error:
         return None
-    return Template(name, regex, step_group, metrics, tuple(pieces), line, tuple(t.span() for t in tokens))
+    return Template(name, regex, step_group, metrics, tuple(pieces), line, tuple(t.span() for t in tokens),
+                    constants)
 
 
 def _literal(text: str) -> str:
@@ -258,7 +280,9 @@ class Templates:
         """What the format's parser reads in the line (as the capture offers it: rank prefix removed)."""
         from ledger.ingest.common import strip_rank
 
-        return self.formats[name](strip_rank(line)[1])
+        rank, text = strip_rank(line)
+        parsed = self.formats[name](text)
+        return None if parsed is None else labelled(parsed, rank)
 
     def for_blocks(self) -> list[Template]:
         """The checked templates with step numbers, most used first, to read whole blocks with."""

@@ -11,7 +11,7 @@ import pytest
 from ledger.errors import BadInput
 from ledger.ingest.formats import hf, lightning
 from ledger.ingest.formats.pattern import compile_pattern, line_format
-from ledger.ingest.formats.scan import MAX_LINE, LineCapture, rows_of
+from ledger.ingest.formats.scan import MAX_LINE, LineCapture, Rows, rows_of
 
 LOGS = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
@@ -204,15 +204,22 @@ def test_a_shape_that_gives_no_template_is_not_tried_on_every_line(monkeypatch) 
     assert len(calls) == template.LEARN_TRIES + -(-(5000 - template.LEARN_TRIES) // template.LEARN_EVERY)
 
 
+def printed(rows: Rows) -> list[int]:
+    """The step counters of the rows as their lines printed them, in the order printed."""
+    return rows.merged().printed.tolist()
+
+
 def test_deepspeed_progress_and_throughput_lines() -> None:
     capture = scan("deepspeed.log")
     best = capture.best()
     assert best is not None and best.name == "deepspeed"
-    assert sorted(best.steps) == [1, 100]  # step=0 is the engine's initial state
+    # step=0 is the engine's initial state; the excerpt's step=1 line comes from another run, after step=100: the
+    # counter goes back, a new segment (an epoch), never a repeat to drop
+    assert printed(best) == [100, 1] and best.identity()["segments"] == 2
     assert best.steps[100] == {"skipped_steps": 0, "lr": 0.001, "epoch": 0,
                                "RunningAvgSamplesPerSec": 5720.511220447356,
                                "CurrSamplesPerSec": 5370.427656850192, "memory_bytes": 0.12e9}
-    assert best.steps[1]["lr"] == 0.00029999999999267505
+    assert best.steps[101]["lr"] == 0.00029999999999267505  # step 1 of the next segment, after step 100
     assert capture.others() == []  # OVERFLOW / Iteration: 90 reward lines are not steps of any format
 
 
@@ -242,11 +249,14 @@ def test_generic_key_value_lines_without_phantoms() -> None:
     capture = scan("keyvalue.log")
     best = capture.best()
     assert best is not None and best.name == "key-value"
-    assert sorted(best.steps) == [1, 2, 10, 2300, 2400, 2700]  # not "Epoch 5/5", not step.make_ins_seg_labels
-    assert best.steps[2300] == {"loss": 0.3651, "imps": 26.6, "lr": 0.0343}  # no "Sep 17" from the date
-    assert best.steps[10]["loss"] == 1.871535 and best.steps[10]["lr"] == 0.000006
-    assert "eta" not in best.steps[10] and best.steps[10]["ips"] == 9.71838
-    assert best.steps[1] == {"loss": 10.2313}
+    # not "Epoch 5/5", not step.make_ins_seg_labels; the excerpt's three sources each start a segment
+    assert printed(best) == [2300, 2400, 2700, 10, 1, 2]
+    by_counter = dict(zip(printed(best), best.merged().steps.tolist(), strict=True))
+    steps = best.steps
+    assert steps[2300] == {"loss": 0.3651, "imps": 26.6, "lr": 0.0343}  # no "Sep 17" from the date
+    assert steps[by_counter[10]]["loss"] == 1.871535 and steps[by_counter[10]]["lr"] == 0.000006
+    assert "eta" not in steps[by_counter[10]] and steps[by_counter[10]]["ips"] == 9.71838
+    assert steps[by_counter[1]] == {"loss": 10.2313}
     capture = LineCapture()
     capture.feed(b"step 100 loss 2.1 val_loss 2.3 eval/acc 0.5\nstep 200 val_loss 2.2\n")
     capture.close()
@@ -433,31 +443,35 @@ def test_columnar_path_reads_what_the_parsers_read() -> None:
     assert best.tables()["steps"].equals(slow.best().tables()["steps"])  # type: ignore[union-attr]
 
 
-def test_rows_from_columns_and_parsers_merge_by_step_in_file_order() -> None:
-    """Rows read as columns and rows read by a parser merge by step, the first value in file order winning,
-    also across the merges of many columns (compaction); an eval printed without a step belongs to the
-    latest step printed before it; tables carry extra metrics as a map and whole-number columns as ints."""
+def test_rows_from_columns_and_parsers_join_in_file_order() -> None:
+    """Rows read as columns and rows read by a parser join in line order, across the joins of many columns; a
+    metric a line did not give stays missing (a printed NaN is given); an eval printed without a step belongs to
+    the latest step printed before it; tables carry extra metrics as a map and whole-number columns as ints."""
     import numpy as np
 
     from ledger.ingest.formats import scan
     from ledger.ingest.formats.base import Parsed
 
     rows = scan.Rows("x")
-    rows.add(Parsed(step=2, metrics={"loss": 9.0, "acc": 0.5}), where=1)  # line 1: the first loss of step 2
-    lines = np.arange(10, 10 + scan.COMPACT_ROWS + 5, dtype=np.int64)  # lines 10...: steps 1, 2, 3, 1, 2, 3...
-    steps = lines % 3 + 1
-    rows.add_columns(lines, steps, {"loss": lines.astype(float), "tokens": np.full(len(lines), 4096.0)})
-    rows.add_columns(lines[-2:] + 10**6, np.array([7, 2]), {"loss": np.array([7.5, 1.0]),
-                                                            "tokens": np.array([np.inf, 1.0])})
-    rows.add(Parsed(step=None, evals=[("val", "loss", 3.25)]), where=10**6 + lines[-2] + 1)  # after step 7's line
+    rows.add(Parsed(step=2, metrics={"loss": 9.0, "acc": 0.5}), where=1)
+    n = scan.COMPACT_ROWS + 5
+    lines = np.arange(10, 10 + n, dtype=np.int64)  # lines 10...: steps 4, 5, 6, ...
+    rows.add_columns(lines, lines - 6, {"loss": lines.astype(float), "tokens": np.full(n, 4096.0)})
+    rows.add_columns(np.array([10**6, 10**6 + 1]), np.array([10**7, 10**7 + 1]),
+                     {"loss": np.array([7.5, math.nan]), "tokens": np.array([np.inf, 1.0])})
+    rows.add(Parsed(step=None, evals=[("val", "loss", 3.25)]), where=10**6 + 3)  # after step 10**7 + 1's line
     rows.add(Parsed(step=3, metrics={"loss": 0.0, "acc": 0.25}), where=5)  # line 5: before every column line
-    assert rows.step_count() == 4 and rows.evals == [(7, "val", "loss", 3.25)]
-    # by hand: step 1 first appears on line 12 (12 % 3 + 1 = 1), step 2 on line 1, step 3 on line 5
-    assert rows.steps == {1: {"loss": 12.0, "tokens": 4096.0}, 2: {"loss": 9.0, "acc": 0.5, "tokens": 4096.0},
-                          3: {"loss": 0.0, "acc": 0.25, "tokens": 4096.0}, 7: {"loss": 7.5, "tokens": math.inf}}
-    steps_table = rows.tables()["steps"].to_pydict()
-    assert steps_table["step"] == [1, 2, 3, 7] and steps_table["tokens"] == [4096, 4096, 4096, None]
-    assert steps_table["extra"] == [None, [("acc", 0.5)], [("acc", 0.25)], None]
+    assert rows.step_count() == n + 4 and rows.evals == [(10**7 + 1, "val", "loss", 3.25)]
+    steps = rows.steps
+    assert steps[2] == {"loss": 9.0, "acc": 0.5} and steps[3] == {"loss": 0.0, "acc": 0.25}
+    assert steps[4] == {"loss": 10.0, "tokens": 4096.0} and steps[10**7] == {"loss": 7.5, "tokens": math.inf}
+    assert math.isnan(steps[10**7 + 1]["loss"]) and steps[10**7 + 1]["tokens"] == 1.0
+    table = rows.tables()["steps"].to_pydict()
+    assert table["step"][:3] == [2, 3, 4] and table["step"][-2:] == [10**7, 10**7 + 1]
+    assert table["tokens"][:3] == [None, None, 4096] and table["tokens"][-2:] == [None, 1]
+    assert table["extra"][:3] == [[("acc", 0.5)], [("acc", 0.25)], None]
+    assert rows.identity() == {"lines": n + 4, "merged": 0, "differing": 0, "segments": 1, "restarts": 0,
+                               "epochs": 0, "planned_steps": None}
 
 
 def test_custom_metrics_on_every_step_are_each_rows_map_in_their_order() -> None:
@@ -477,30 +491,38 @@ def test_custom_metrics_on_every_step_are_each_rows_map_in_their_order() -> None
                                     [("acc", 0.3), ("ppl", 7.0)]]
 
 
-def test_merge_by_step_keeps_the_first_value_in_file_order() -> None:
-    """Steps printed again (a restart from a checkpoint, two ranks printing the same line) keep the value printed
-    first; a log of increasing steps is taken as is. Enough lines for the columnar path and its compaction."""
+def test_a_restart_keeps_both_computations_and_an_exact_repeat_is_merged() -> None:
+    """A log that goes back to step 70,001 with other values (a restart from a checkpoint) keeps both
+    computations, the later as rows of a new generation after the first; the same lines printed again at once
+    (two ranks printing one line) are one step each. Enough lines for the columnar path and its joins."""
     from ledger.ingest.formats.scan import LineCapture
 
     def line(step: int, loss: float) -> str:
         return f"step {step} loss {loss:.4f} lr 0.001\n"
 
     first = [line(s, 1000.0 / s) for s in range(1, 80_001)]
-    again = [line(s, 9.0) for s in range(70_001, 75_001)]  # a restart from step 70,000: printed again, later
-    more = [line(s, 1000.0 / s) for s in range(80_001, 90_001)]
-    for text, restart in (("".join(first + more), False), ("".join(first + again + more), True)):
+    again = [line(s, 9.0) for s in range(70_001, 75_001)]  # a restart from step 70,000: other values, later
+    more = [line(s, 1000.0 / s) for s in range(75_001, 90_001)]
+    twice = [x for s in range(1, 30_001) for x in (line(s, 1000.0 / s),) * 2]
+    for text, rows, counters in (("".join(first + again + more), 100_000, [*range(1, 80_001), *range(70_001, 90_001)]),
+                                 ("".join(twice), 30_000, list(range(1, 30_001)))):
         capture = LineCapture()
         data = text.encode()
         for i in range(0, len(data), 1 << 18):
             capture.feed(data[i:i + (1 << 18)])
         capture.close()
         best = capture.best()
-        assert best is not None and best.step_count() == 90_000, restart
+        assert best is not None and best.step_count() == rows
         steps = best.tables()["steps"]
-        assert steps.column("step").to_pylist() == list(range(1, 90_001))
+        assert steps.column("step").to_pylist() == counters
         losses = steps.column("loss").to_pylist()
-        assert losses[72_000 - 1] == round(1000.0 / 72_000, 4)  # the first print of step 72,000, not 9.0
-        assert losses[-1] == round(1000.0 / 90_000, 4) and losses[0] == 1000.0
+        if rows == 100_000:
+            assert losses[72_000 - 1] == round(1000.0 / 72_000, 4)  # the first computation of step 72,000
+            assert losses[80_000 + 2_000 - 1] == 9.0  # and the restart's, later
+            assert losses[-1] == round(1000.0 / 90_000, 4) and losses[0] == 1000.0
+            assert best.identity()["restarts"] == 1 and best.identity()["merged"] == 0
+        else:
+            assert best.identity()["merged"] == 30_000 and best.identity()["differing"] == 0
 
 
 def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.MonkeyPatch) -> None:

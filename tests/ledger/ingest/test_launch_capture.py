@@ -38,7 +38,8 @@ def test_two_lrs_of_a_plain_script_differ_in_arguments(tmp_path: Path) -> None:
     lg = LedgerAt(tmp_path)
     first = lg("record", "--name", "lr1", "--", "python", "train.py", "--lr", "1e-3", "train.yaml")
     # config: lr, arg1 and three of the file (two keys and its digest)
-    assert "captured 5 steps (loss, lr) from output [key-value]; config 5 keys from argv + train.yaml" in first.stderr
+    assert ("captured 5 steps (loss, lr) from output [key-value], timed by arrival; config 5 keys from argv + "
+            "train.yaml") in first.stderr
     lg("record", "--name", "lr3", "--", "python", "train.py", "--lr=3e-3", "train.yaml")
     a = _receipt(lg, "lr1")
     assert a["summary"]["steps"] == 5 and a["summary"]["final_loss"] == round(3.0 * 0.99 ** 5, 6)

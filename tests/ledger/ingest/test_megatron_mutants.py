@@ -119,7 +119,8 @@ def test_every_printed_field_fills_its_column_in_its_unit() -> None:
     assert {k: v for k, v in row.items() if k not in ("extra", "time")} == {
         "rank": 0, "step": 5, "tokens": 4096, "loss": 2.5, "lr": 3.0e-4, "grad_norm": 1.25, "step_time_s": 1.5,
         "tokens_per_s": None, "flops_per_s": None, "tflops_per_device": 120.5, "global_batch": 8, "aux_loss": 0.01,
-        "z_loss": 0.002, "loss_scale": 1024.0, "memory_bytes": 3 * 2**29, "skipped": True}
+        "z_loss": 0.002, "loss_scale": 1024.0, "memory_bytes": 3 * 2**29, "skipped": True,
+        "epoch": None, "printed_step": None}
     # printed fields without a column of their own stay in extra; those with one (also the first-class
     # ones: throughput, global batch size) do not
     assert dict(row["extra"]) == {"number of skipped iterations": 2.0, "params norm": 3.5, "mtp_1 loss": 2.75}

@@ -3,11 +3,14 @@ secrets redacted, complete lines handed to a consumer."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 from ledger.record.tee import MAX_LINE, Tee
 from ledger.redact import REDACTED, Redactor, StreamRedactor
@@ -293,3 +296,97 @@ def test_small_pieces_are_taken_together_up_to_a_batch(tmp_path: Path, monkeypat
     assert all(len(t) <= 10_000 for t in taken)
     assert all(len(t) > 10_000 - 107 for t in taken[:-1]) and len(taken) == 4  # each filled to within a piece
     spool.discard()
+
+
+# ------------------------------------------------------------------------------- the output's clock
+def _start(tmp_path: Path) -> tuple[Tee, int, int]:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    tee = Tee(tmp_path / "output.log", StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
+    return tee, out_w, err_w
+
+
+def test_each_line_gets_the_time_its_read_was_made(tmp_path: Path) -> None:
+    """Three writes 0.3 s apart, two lines in the middle one, on two streams: the clock file beside the log
+    times lines 1, 2-3 and 4 by when they were written (each within the pause, never all at the end)."""
+    from ledger.store.clock import read_clock
+
+    tee, out_w, err_w = _start(tmp_path)
+    written = []
+    for data, fd in ((b"step 1 loss 2.0\n", out_w), (b"step 2 loss 1.9\nstep 3 loss 1.8\n", err_w),
+                     (b"step 4 loss 1.7\n", out_w)):
+        written.append(time.time())
+        os.write(fd, data)
+        time.sleep(0.3)
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(os.getpid() + 10**7) == []
+    clock = read_clock(tmp_path / "output.clock")
+    times = clock.times([1, 2, 3, 4, 5])
+    for line, w in ((1, 0), (2, 1), (3, 1), (4, 2)):
+        assert written[w] <= times[line - 1] < written[w] + 0.25, (line, times, written)
+    assert times[1] == times[2] and not np.isfinite(times[4])  # one read, one time; no fifth line
+    assert (tmp_path / "output.log").read_bytes().count(b"\n") == 4 == int(clock.lines[-1])
+
+
+def test_a_private_key_block_made_one_line_moves_no_mark_past_the_log(tmp_path: Path) -> None:
+    """Redaction makes a private key's block one line: the marks count the log's lines, never the output's."""
+    from ledger.store.clock import read_clock
+
+    block = b"-----BEGIN PRIVATE KEY-----\n" + b"QUJD\n" * 5 + b"-----END PRIVATE KEY-----\n"
+    tee, out_w, err_w = _start(tmp_path)
+    os.write(out_w, b"step 1 loss 2.0\n" + block)
+    time.sleep(0.05)
+    os.write(out_w, b"step 2 loss 1.9\n")
+    os.close(out_w)
+    os.close(err_w)
+    tee.finish(os.getpid() + 10**7)
+    log = (tmp_path / "output.log").read_bytes()
+    clock = read_clock(tmp_path / "output.clock")
+    assert int(clock.lines[-1]) == log.count(b"\n") and (np.diff(clock.lines) >= 0).all()
+
+
+def test_a_line_the_writer_took_is_in_the_log_file_before_the_wrapper_closes_it(tmp_path: Path) -> None:
+    """No user-space buffer between the writer and the log: a killed wrapper loses nothing the writer took.
+    The log is read while the tee still holds it open, a second after a pause in the output."""
+    tee, out_w, err_w = _start(tmp_path)
+    os.write(out_w, b"".join(b"step %d loss 2.0\n" % i for i in range(1, 101)))
+    deadline = time.monotonic() + 5
+    while (tmp_path / "output.log").stat().st_size < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert (tmp_path / "output.log").read_bytes().count(b"\n") == 100
+    os.close(out_w)
+    os.close(err_w)
+    tee.finish(os.getpid() + 10**7)
+
+
+def test_a_daemon_that_keeps_the_output_open_is_read_for_the_grace_period_then_cut(tmp_path: Path) -> None:
+    """A process outside the launch's group that keeps printing: read for ``grace_s`` after the launch exited,
+    then cut, and the note says how much was recorded after the exit and that the rest was cut."""
+    tee, out_w, err_w = _start(tmp_path)
+    stop = threading.Event()
+
+    def daemon() -> None:
+        while not stop.is_set():
+            try:
+                os.write(out_w, b"daemon line\n" * 100)
+            except OSError:
+                return
+            time.sleep(0.001)
+
+    t = threading.Thread(target=daemon, daemon=True)
+    t.start()
+    started = time.monotonic()
+    notes = tee.finish(os.getpid() + 10**7, drain_s=0.2, grace_s=1.0)
+    took = time.monotonic() - started
+    stop.set()
+    t.join()
+    os.close(err_w)
+    with contextlib.suppress(OSError):
+        os.close(out_w)
+    assert tee.cut and 1.0 <= took < 30, took
+    (note,) = notes
+    assert "were recorded; its output after that was cut" in note and "in the 1 s after the launch exited" in note
+    assert (tmp_path / "output.log").read_bytes().startswith(b"daemon line\n")
