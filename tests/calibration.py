@@ -134,3 +134,43 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
     receipt = publish(ledger, run_dir, Outcome("succeeded", 0, None, started + timedelta(seconds=60)),
                       runtime=merge_runtime)
     return receipt.id
+
+
+# ------------------------------------------------------------------------------------------ wrapped runs
+def wrapped_lines(s: Series, every: int = 1) -> tuple[str, np.ndarray]:
+    """What a plain loop without the SDK prints for the run (``step N | loss X | lr Y``, every ``every`` steps),
+    and when each printed line reached the wrapper: the end of its step on the run's clock (the step times'
+    running sum from a start at 1,000 s)."""
+    at = np.flatnonzero(s.step % every == 0)
+    text = "".join(f"step {int(s.step[i])} | loss {s.loss[i]:.4f} | lr 0.001\n" for i in at)
+    ends = 1000.0 + np.cumsum(s.step_time_s)
+    return text, ends[at]
+
+
+def wrapped_run_data(s: Series, every: int = 1, rid: str | None = None) -> Any:
+    """The analyses' view of a wrapped run: the printed lines read by the real capture and timed as the output's
+    clock times them (:meth:`ledger.ingest.formats.scan.Rows.build_tables`): no tokens, step times derived from
+    the arrivals."""
+    from ledger.analyses.series import STEP_COLUMNS, RunData
+    from ledger.ingest.formats.scan import LineCapture
+    from schemas.receipt import Receipt, Workload
+
+    text, arrivals = wrapped_lines(s, every)
+    capture = LineCapture()
+    capture.feed(text.encode())
+    capture.close()
+    rows = capture.best()
+    assert rows is not None
+    lines = rows.merged().lines  # line k (1-based) is the k-th printed line
+    tables, _ = rows.build_tables(arrivals[lines - 1])
+    table = tables["steps"]
+    steps: dict[str, np.ndarray] = {}
+    for name in STEP_COLUMNS:
+        column = table.column(name).to_numpy(zero_copy_only=False)
+        steps[name] = column if name == "step" else np.asarray(
+            [np.nan if v is None else float(v) for v in column.tolist()], dtype=np.float64)
+    steps["samples_per_s"] = np.full(len(steps["step"]), np.nan)
+    steps["loss_nonfinite"] = np.zeros(len(steps["step"]))
+    receipt = Receipt(run_uuid="u", status="succeeded", name=s.config,
+                      workload=Workload(arguments={"variant": s.config}))
+    return RunData(rid or uuid.uuid4().hex * 2, receipt, steps, [], {}, {})

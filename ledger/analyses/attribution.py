@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ledger.analyses import matched, stats
-from ledger.analyses.builtin_metrics import tokens_per_s_per_device
+from ledger.analyses.builtin_metrics import steps_per_s, tokens_per_s_per_device
 from ledger.analyses.evidence import Floor
 from ledger.analyses.groups import SEED, Catalog, Side
 from ledger.analyses.metrics import Direction
@@ -157,21 +157,26 @@ class Headline(Protocol):
 
 @dataclass(frozen=True)
 class Throughput:
-    """Median tokens/s per device over the steady steps (see :mod:`ledger.analyses.metrics`)."""
+    """Median tokens/s per device over the steady steps (see :mod:`ledger.analyses.metrics`); where some run has
+    no tokens (a wrapped launch that printed none), the median steps/s of every run, one unit for all."""
 
     name: str = "throughput"
     metric: str = "tokens/s per device"
     direction: Direction = "higher"
 
     def values(self, nodes: Sequence[Sequence[RunData]]) -> NodeValues:
+        every = [run for runs in nodes for run in runs if run.n_steps]
+        tokens = all(not isinstance(tokens_per_s_per_device(run), str) for run in every)
+        rate = tokens_per_s_per_device if tokens else steps_per_s
         per_run: list[list[float | str]] = []
         for runs in nodes:
             got: list[float | str] = []
             for run in runs:
-                x = tokens_per_s_per_device(run)
+                x = rate(run)
                 got.append(f"{run.label}: {x}" if isinstance(x, str) else math.log(stats.median(x)))
             per_run.append(got)
-        return node_values(per_run, "log of the median tokens/s per device")
+        return node_values(per_run, "log of the median " + ("tokens/s per device" if tokens else
+                                                            "steps/s (tokens unknown on some run)"))
 
 
 @dataclass(frozen=True)

@@ -137,21 +137,66 @@ def _step_time(statistic: Statistic) -> Callable[[RunData], Observation]:
     return observe
 
 
+def steps_per_s(run: RunData) -> NDArray[np.float64] | str:
+    """Per-step steps/s (1 / step time) over the steady steps, or why not."""
+    if run.n_steps == 0:
+        return "no step rows"
+    st = _steady(run, "step_time_s")
+    st = st[st > 0]
+    return 1.0 / st if st.size else "step_time_s not logged (nor timed by the output)"
+
+
+def samples_per_s(run: RunData) -> NDArray[np.float64] | str:
+    """Per-step samples/s over the steady steps: the rate the run printed (``samples_per_s``), else its global
+    batch over its step time; or why not."""
+    if run.n_steps == 0:
+        return "no step rows"
+    printed = _steady(run, "samples_per_s")
+    if printed.size:
+        return printed
+    batch = np.asarray(run.steps.get("global_batch", np.empty(0)), dtype=np.float64)
+    st = np.asarray(run.steps.get("step_time_s", np.empty(0)), dtype=np.float64)
+    if batch.size == run.n_steps and st.size == run.n_steps:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = (batch / st)[run.steady]
+        x = x[np.isfinite(x)]
+        if x.size:
+            return x
+    return "no samples rate printed, nor global batch and step time"
+
+
+def _rate_obs(rate: Callable[[RunData], NDArray[np.float64] | str]) -> Callable[[RunData], Observation]:
+    def observe(run: RunData) -> Observation:
+        x = rate(run)
+        return unavailable(x) if isinstance(x, str) else Observation(stats.median(x), x)
+
+    return observe
+
+
 def _throughput_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
     note = "median over steps after warm-up, step-time outliers (MAD) removed"
-    return [
+    rows: list[Metric] = [
         RunMetric(Spec("tokens/s per device", "throughput", "tokens/s", "higher", 0.05, note=note), _throughput),
         RunMetric(Spec("TFLOP/s per device", "throughput", "TFLOP/s", "higher", 0.05,
                        note="model FLOPs per token = 6 x active params + 12 x layers x hidden x seq"), _tflops_obs),
         RunMetric(Spec("MFU", "throughput", "fraction", "higher", 0.05), _mfu_obs),
+    ]
+    if any(isinstance(tokens_per_s_per_device(r), str) for r in (*a, *b)):  # a launch that printed no tokens
+        rows += [
+            RunMetric(Spec("samples/s", "throughput", "samples/s", "higher", 0.05,
+                           note=note + "; as printed, else global batch / step time"), _rate_obs(samples_per_s)),
+            RunMetric(Spec("steps/s", "throughput", "steps/s", "higher", 0.05,
+                           note=note + "; 1 / step time (tokens per step unknown)"), _rate_obs(steps_per_s)),
+        ]
+    return rows + [
         RunMetric(Spec("step time (median)", "step time", "s", "lower", 0.05, note=note), _step_time("median")),
         RunMetric(Spec("step time (p90)", "step time", "s", "lower", 0.05, statistic="p90"), _step_time("p90")),
     ]
 
 
 def loss_curve_metric(axis: matched.Axis) -> PairedMetric:
-    """Training loss at matched tokens (axis "tokens") or matched training wall time (axis "time")."""
-    name = "loss @ matched tokens" if axis == "tokens" else "loss @ matched wall time"
+    """Training loss at matched tokens (axis "tokens"), training wall time ("time") or steps ("steps")."""
+    name = {"tokens": "loss @ matched tokens", "time": "loss @ matched wall time"}.get(axis, "loss @ matched steps")
 
     def observe(runs_a: Sequence[RunData], runs_b: Sequence[RunData]) -> Paired | str:
         curves = []
@@ -171,7 +216,10 @@ def loss_curve_metric(axis: matched.Axis) -> PairedMetric:
 
 
 def _loss_metrics(a: Sequence[RunData], b: Sequence[RunData]) -> list[Metric]:
-    return [loss_curve_metric("tokens"), loss_curve_metric("time")]
+    rows: list[Metric] = [loss_curve_metric("tokens"), loss_curve_metric("time")]
+    if any(isinstance(matched.curve(r, "tokens"), str) for r in (*a, *b)):  # a launch that printed no tokens
+        rows.append(loss_curve_metric("steps"))
+    return rows
 
 
 def rare_sources(run: RunData) -> set[str]:
@@ -357,7 +405,12 @@ def _device_memory_obs(run: RunData) -> Observation:
     devices = run.telemetry.get("device")
     tele = np.asarray(run.telemetry.get("memory_bytes", np.empty(0)), dtype=np.float64)
     if devices is not None and tele.size:
-        gpu = np.array([str(d).startswith(("gpu", "cuda")) for d in devices.tolist()], dtype=np.bool_)
+        names = [str(d) for d in devices.tolist()]
+        held = np.array([d.startswith("gpu") and d.endswith(":process") for d in names], dtype=np.bool_)
+        used = tele[held & np.isfinite(tele)]
+        if used.size:
+            return Observation(float(used.max()) / 2**30, None, None, "GPU memory the launch's processes held (NVML)")
+        gpu = np.array([d.startswith(("gpu", "cuda")) and not d.endswith(":process") for d in names], dtype=np.bool_)
         used = tele[gpu & np.isfinite(tele)]
         if used.size:
             return Observation(float(used.max()) / 2**30, None, None, "GPU memory in use sampled by telemetry")
@@ -369,7 +422,12 @@ def _host_memory_obs(run: RunData) -> Observation:
     tele = np.asarray(run.telemetry.get("memory_bytes", np.empty(0)), dtype=np.float64)
     if devices is None or not tele.size:
         return unavailable("no telemetry")
-    host = np.array([str(d) == "host" for d in devices.tolist()], dtype=np.bool_)
+    names = [str(d) for d in devices.tolist()]
+    tree = np.array([d == "process" for d in names], dtype=np.bool_)
+    used = tele[tree & np.isfinite(tele)]
+    if used.size:
+        return Observation(float(used.max()) / 2**30, None, None, "peak memory of the launch's process tree")
+    host = np.array([d == "host" for d in names], dtype=np.bool_)
     used = tele[host & np.isfinite(tele)]
     if not used.size:
         return unavailable("host memory not sampled")

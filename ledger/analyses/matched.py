@@ -25,7 +25,7 @@ MAX_POINTS = 2000
 MIN_POINTS = 5
 """Fewer grid points than this in the window: the window grows towards the start of the common range."""
 
-Axis = str  # "tokens" or "time"
+Axis = str  # "tokens", "time" or "steps"
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,16 @@ class Grid:
 
 
 def curve(run: RunData, axis: Axis, column: str = "loss") -> Curve | str:
-    """The run's ``column`` against ``axis`` ("tokens" or "time"), or why there is none."""
+    """The run's ``column`` against ``axis`` ("tokens", "time" or "steps"), or why there is none. A point logged
+    twice (a step computed again after a restart) counts once, at its last computation."""
     if run.n_steps == 0:
         return "no step rows"
     if axis == "tokens":
         x = np.asarray(run.steps["tokens"], dtype=np.float64)
         if not np.isfinite(x).any():
             return "tokens not logged"
+    elif axis == "steps":
+        x = np.asarray(run.steps["step"], dtype=np.float64)
     else:
         x = run.train_time
         if not np.isfinite(x).any():
@@ -66,10 +69,10 @@ def curve(run: RunData, axis: Axis, column: str = "loss") -> Curve | str:
     if finite < 2:
         return f"fewer than 2 finite {column} values"
     xs, ys = (x, y) if finite == ok.size else (x[ok], y[ok])  # every point finite: no copy of a million
-    if not (xs[1:] > xs[:-1]).all():  # logged out of order or repeated: sort, one value per x (the first)
+    if not (xs[1:] > xs[:-1]).all():  # logged out of order or repeated: sort, one value per x (the last logged)
         order = np.argsort(xs, kind="mergesort")
         xs, ys = xs[order], ys[order]
-        keep = np.r_[True, xs[1:] > xs[:-1]]
+        keep = np.r_[xs[1:] > xs[:-1], True]
         xs, ys = xs[keep], ys[keep]
     return Curve(xs, ys)
 
@@ -112,6 +115,9 @@ def describe(axis: Axis, grid: Grid) -> str:
     """Where the values were matched, e.g. 'mean over 49,152..61,440 tokens'."""
     if axis == "tokens":
         return f"mean over {grid.lo:,.0f}..{grid.hi:,.0f} tokens"
+    if axis == "steps":
+        return (f"mean over steps {grid.lo:,.0f}..{grid.hi:,.0f} (tokens unknown: equal work only where the "
+                "batches are equal)")
     return f"mean over {_secs(grid.lo)}..{_secs(grid.hi)} of training"
 
 

@@ -32,8 +32,11 @@ Columns = dict[str, NDArray[Any]]
 
 STEP_COLUMNS = (
     "step", "tokens", "time", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s",
-    "tflops_per_device", "memory_bytes", "skipped",
+    "tflops_per_device", "memory_bytes", "skipped", "global_batch",
 )
+EXTRA_COLUMNS = ("samples_per_s",)
+"""Metrics of the steps table's ``extra`` map read as columns of their own: the samples rate a launch printed
+(``640.0 samples/sec``: the capture's name for it), for a throughput where tokens are unknown."""
 
 def routing_per_layer_step(con: duckdb.DuckDBPyConnection, receipt_id: str) -> Columns:
     """A receipt's routing per (step, layer) as numpy columns, from the index's ``routing_steps`` table
@@ -212,7 +215,8 @@ def load_run(con: duckdb.DuckDBPyConnection, receipt_id: str, receipt: Receipt |
     """One receipt's tables from the index (the attempts of a logical run are
     :func:`ledger.store.attempts.logical_run`)."""
     receipt = receipt if receipt is not None else load_receipt(con, receipt_id)
-    cols = ", ".join(STEP_COLUMNS) + ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
+    cols = ", ".join(STEP_COLUMNS) + "".join(f", extra['{name}'] AS {name}" for name in EXTRA_COLUMNS) + \
+        ", coalesce(isnan(loss) OR isinf(loss), false) AS loss_nonfinite"
     # the lowest rank first, then its rows by a plain filter: a scan that keeps the index's insertion order
     # (by step, as publishing wrote them), where a subquery in the filter made a join that returned them
     # shuffled, for _sorted to sort again

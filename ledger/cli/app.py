@@ -211,7 +211,7 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
     if as_json:
         echo_json(receipt.model_dump(mode="json"))
     else:
-        render.receipt(receipt)
+        render.receipt(receipt, ledger.path(receipt.id))
         # a single-node receipt has no differences between nodes, one without timing rows no ranks to score:
         # `show` of such a receipt then loads neither the capture probes nor numpy and Arrow
         differences, scores = [], None

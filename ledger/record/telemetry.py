@@ -10,7 +10,18 @@ energy counters cover the whole run) and writes rows of the ``telemetry`` table 
 - ``cpu-package-<n>``: the RAPL package energy counter (``/sys/class/powercap/intel-rapl:<n>``), unwrapped
   into a monotonic counter (J), and the power between two samples (W); skipped when unreadable (recent
   kernels let only root read it);
-- ``host``: memory in use (MemTotal - MemAvailable) and CPU utilisation (0..1) from ``/proc``.
+- ``host``: memory in use (MemTotal - MemAvailable) and CPU utilisation (0..1) from ``/proc``: the whole
+  machine, other processes included;
+- ``process`` (when the sampler is given the launch's session): the memory of the launch's process tree (every
+  process of its session: the launch runs in a session of its own, and so do its children unless they leave it),
+  each process's proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``: pages shared between a loop and
+  its data-loader workers counted once) or, where that cannot be read, its resident size; and its CPU use in
+  cores (``utilization``: CPU seconds of the tree per second, summed over its processes);
+- ``gpu<i>:process`` (the same, on a GPU): the memory NVML says the tree's processes hold on GPU ``i``
+  (``nvmlDeviceGetComputeRunningProcesses``).
+
+The run's own peak memory is taken from these (:func:`ledger.store.summary.summarize`), never from ``host`` or a
+GPU's memory in use, which count other processes.
 
 Sampling is best effort: a reading that fails is left empty, a source that fails is skipped, nothing is
 raised; the first distinct failures are kept in :attr:`Sampler.errors` for the receipt's problems.
@@ -62,6 +73,7 @@ class Sampler:
         gpus: Sequence[int] | None = None,
         powercap: Path = POWERCAP,
         proc: Path = PROC,
+        session: int | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval}")
@@ -71,6 +83,8 @@ class Sampler:
         self.gpus = None if gpus is None else tuple(gpus)
         self.powercap = powercap
         self.proc = proc
+        self.tree = _Tree(proc, session) if session is not None else None
+        """The launch's process tree (the wrapper's sampler; None for a rank's)."""
         self.errors: list[str] = []
         """The first distinct failures (at most 20), as 'source: Type: message'."""
         self.samples = 0
@@ -129,10 +143,13 @@ class Sampler:
 
     def _open(self) -> list[tuple[str, _Source]]:
         openers: dict[str, Callable[[], _Source | None]] = {
-            "nvml": lambda: _Gpus.open(self.gpus),
+            "nvml": lambda: _Gpus.open(self.gpus, self.tree),
             "rapl": lambda: _Rapl.open(self.powercap),
             "host": lambda: _Host(self.proc),
         }
+        if self.tree is not None:
+            tree = self.tree
+            openers["process"] = lambda: tree
         sources = []
         for name, opener in openers.items():
             try:
@@ -188,13 +205,14 @@ class _Gpus:
     """Each reading (NVML call) of a GPU sample; ECC counts are NVML's volatile totals (since the driver
     loaded), so a rise during a run is that run's errors."""
 
-    def __init__(self, nvml: Any, handles: list[tuple[int, Any]]) -> None:
+    def __init__(self, nvml: Any, handles: list[tuple[int, Any]], tree: _Tree | None = None) -> None:
         self.nvml = nvml
         self.handles = handles
+        self.tree = tree
         self.unsupported: set[tuple[int, str]] = set()
 
     @classmethod
-    def open(cls, indices: Sequence[int] | None) -> _Gpus | None:
+    def open(cls, indices: Sequence[int] | None, tree: _Tree | None = None) -> _Gpus | None:
         """The GPUs NVML sees (or those of ``indices``); None without nvidia-ml-py or a driver."""
         from ledger.record.capture.hardware import load_nvml
 
@@ -208,7 +226,7 @@ class _Gpus:
         try:
             count = pynvml.nvmlDeviceGetCount()
             wanted = range(count) if indices is None else [i for i in indices if 0 <= i < count]
-            return cls(pynvml, [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted])
+            return cls(pynvml, [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted], tree)
         except Exception:
             pynvml.nvmlShutdown()
             raise
@@ -226,6 +244,22 @@ class _Gpus:
                         self.unsupported.add((index, metric))
             if values:
                 yield f"gpu{index}", values
+            if self.tree is not None and (index, "process") not in self.unsupported:
+                held = self._held(index, handle, self.tree.pids(now))
+                if held is not None:
+                    yield f"gpu{index}:process", {"memory_bytes": held}
+
+    def _held(self, index: int, handle: Any, pids: set[int]) -> int | None:
+        """GPU memory the tree's processes hold on this GPU (None when NVML cannot tell)."""
+        try:
+            running = self.nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except self.nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == getattr(self.nvml, "NVML_ERROR_NOT_SUPPORTED", -1):
+                self.unsupported.add((index, "process"))
+            return None
+        used = [getattr(p, "usedGpuMemory", None) for p in running if getattr(p, "pid", None) in pids]
+        known = [int(u) for u in used if isinstance(u, int) and u >= 0]
+        return sum(known) if known or not used else None
 
     def close(self) -> None:
         self.nvml.nvmlShutdown()
@@ -319,6 +353,86 @@ class _Host:
 
     def close(self) -> None:
         pass
+
+
+class _Tree:
+    """The launch's process tree: every process of its session, and their memory and CPU use."""
+
+    def __init__(self, proc: Path, session: int) -> None:
+        self.proc = proc
+        self.session = session
+        self.page = _page_size()
+        self.ticks = _clock_ticks()
+        self._pids: tuple[float, set[int]] | None = None
+        self._cpu = 0.0
+        """CPU seconds of the processes found by the last :meth:`pids`."""
+        self.last_cpu: tuple[float, float] | None = None
+
+    def pids(self, now: float) -> set[int]:
+        """The session's live processes (found once per sample)."""
+        if self._pids is not None and self._pids[0] == now:
+            return self._pids[1]
+        found: set[int] = set()
+        self._cpu = 0.0
+        for entry in self.proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 13 and int(fields[3]) == self.session and fields[0] not in ("Z", "X"):
+                found.add(int(entry.name))
+                self._cpu += (int(fields[11]) + int(fields[12])) / self.ticks
+        self._pids = (now, found)
+        return found
+
+    def sample(self, now: float) -> Iterator[Reading]:
+        pids = self.pids(now)
+        if not pids:
+            return
+        memory = sum(self._memory(pid) for pid in pids)
+        values: dict[str, Any] = {"memory_bytes": memory}
+        cpu = self._cpu
+        if self.last_cpu is not None and now > self.last_cpu[0] and cpu >= self.last_cpu[1]:
+            values["utilization"] = (cpu - self.last_cpu[1]) / (now - self.last_cpu[0])
+        self.last_cpu = (now, cpu)
+        yield "process", values
+
+    def _memory(self, pid: int) -> int:
+        """A process's proportional set size, else its resident size; 0 when it is gone."""
+        base = self.proc / str(pid)
+        try:
+            for line in (base / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            return int((base / "statm").read_text().split()[1]) * self.page
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def close(self) -> None:
+        pass
+
+
+def _page_size() -> int:
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
+def _clock_ticks() -> int:
+    import os
+
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, OSError, AttributeError):
+        return 100
 
 
 __all__ = ["Sampler", "energy_summary"]

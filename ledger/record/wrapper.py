@@ -51,6 +51,11 @@ QUIET_S = 0.02
 QUIET_LIMIT_S = 2.0
 """Once the launch started, the wrapper loads what it needs for the rest (the parser, the stack capture,
 publishing) when the launch's output pauses for QUIET_S, the launch ended, or QUIET_LIMIT_S passed."""
+UNBUFFERED = "PYTHONUNBUFFERED"
+"""Set to 1 for a launch whose output goes to a pipe (a file, a batch job), unless the user set it: a Python
+training loop then writes each line as it prints it, not 8 KiB at a time, so that every step line reaches the log
+when it is printed (its time is when it arrived: :mod:`ledger.store.clock`) and none is lost in the launch's buffer
+when it is killed. At a terminal the launch gets a terminal and writes line by line anyway."""
 EXIT_FILE = "exit.json"
 """Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
 a run whose wrapper died afterwards its true status."""
@@ -191,11 +196,13 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
     stage_arguments(run_dir, opts.command, opts.cwd, redactor)  # the config files as they are at launch
 
-    child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     forwarded: list[int] = []
     fault("prelaunch")
     outputs = (opts.stdout or sys.stdout.buffer, err)
     streams = launch_streams(outputs)  # a terminal for each of the wrapper's that is one, else a pipe
+    child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
+    if not all(streams.terminal) and UNBUFFERED not in env:
+        child_env[UNBUFFERED] = "1"  # lines reach the tee (and their time) as printed, not 8 KiB at a time
     try:
         child = Popen(list(opts.command), stdout=streams.child[0], stderr=streams.child[1], env=child_env,
                       cwd=opts.cwd, start_new_session=True)
@@ -227,7 +234,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     # not while the launch's first output pours out (the pumps would wait for the lock, and the launch for them)
     tee.wait_quiet(QUIET_S, QUIET_LIMIT_S, lambda: child.poll() is not None)
     with imports_without_collection(freeze=opts.process_ends and "duckdb" not in sys.modules):
-        sampler = _start_sampler(run_dir, opts.telemetry_interval)
+        sampler = _start_sampler(run_dir, opts.telemetry_interval, child.pid)
         capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
         capture.start()
         from ledger.ingest import launch
@@ -299,6 +306,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
     os.close(lock_fd)  # the index is left to its next reader, which catches up from the journal
     say(err, f"ledger: {captured}")
+    if receipt.failure is not None:
+        where = f"line {receipt.failure.first_line} of " if receipt.failure.first_line else ""
+        say(err, f"ledger: failed: {receipt.failure.exception or 'no exception printed'} "
+                 f"({where}{ledger.path(receipt.id) / LOG_FILE})")
     say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
     return RecordResult(receipt, exit_code, run_dir)
 
@@ -392,13 +403,14 @@ def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redacto
         write_json_atomic(run_dir / STACK_FILE, data)
 
 
-def _start_sampler(run_dir: Path, interval: float) -> Any:
+def _start_sampler(run_dir: Path, interval: float, session: int) -> Any:
+    """This node's telemetry, and the launch's process tree (its ``session``: the launch's pid)."""
     if interval <= 0:
         return None
     try:
         from ledger.record.telemetry import Sampler
 
-        sampler = Sampler(run_dir, interval=interval)
+        sampler = Sampler(run_dir, interval=interval, session=session)
         sampler.start()
         return sampler
     except Exception:  # telemetry is best effort

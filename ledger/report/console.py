@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -132,8 +133,24 @@ def human(path: str, value: Any) -> str:
     return _plain(value)
 
 
-def receipt(r: Receipt) -> None:
-    """`ledger show`: bookkeeping first, then every non-empty field grouped by factor."""
+def failure_lines(r: Receipt, log: Path | None = None) -> list[Text]:
+    """A failed run's error as the terminal shows it: its exception, where the lines are in the log, then the
+    traceback's last lines (escaped); nothing for a run without ``failure``."""
+    f = r.failure
+    if f is None:
+        return []
+    where = f"line {f.first_line} of " if f.first_line else ""
+    head = Text("failure ", style="red bold") + terminal(f.exception or "(no exception line; the output's last lines)")
+    out = [head]
+    if log is not None:
+        out.append(Text(f"  {where}") + terminal(str(log)))
+    out += [Text("  | ", style="dim") + terminal(line) for line in f.lines]
+    return out
+
+
+def receipt(r: Receipt, directory: Path | None = None) -> None:
+    """`ledger show`: bookkeeping first, then every non-empty field grouped by factor; the output log's path and a
+    failed run's error last (``directory``: the receipt's, where its files are)."""
     console.print(f"[bold]{r.id}[/bold]  {markup(r.name or 'unnamed')}  {markup(f'[{r.status}]')}  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {fmt.duration(r.duration_s)}  attempt {r.attempt}")
     console.print(Text("command: ") + terminal(" ".join(r.command)))
@@ -166,6 +183,11 @@ def receipt(r: Receipt) -> None:
     console.print(files)
     for p in r.problems:
         console.print(Text("problem ", style="yellow") + terminal(f"{p.source}: {p.message}"))
+    log = next((directory / a.path for a in r.artifacts if a.kind == "log"), None) if directory else None
+    if log is not None:
+        console.print(Text("output: ") + terminal(str(log)))
+    for line in failure_lines(r, log):
+        console.print(line)
 
 
 def rows_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:

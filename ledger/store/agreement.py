@@ -70,6 +70,22 @@ def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnect
     return fingerprint
 
 
+_DUCKDB_TYPES = {"double": "DOUBLE", "int64": "BIGINT", "int32": "INTEGER", "bool": "BOOLEAN", "string": "VARCHAR"}
+
+
+def _file_source(files: duckdb.DuckDBPyConnection, path: Path, schema: object) -> str:
+    """A table file as a source of today's columns: a column added to the table since the file was written is
+    null there, as the index holds it (:func:`ledger.ingest.common.conform`)."""
+    have = {r[0] for r in files.execute("SELECT name FROM parquet_schema(?)", [str(path)]).fetchall()}
+    names = list(getattr(schema, "names", []))
+    if all(n in have for n in names):
+        return "read_parquet(?)"
+    types = {f.name: str(f.type) for f in schema}  # type: ignore[attr-defined]
+    cols = ", ".join(f'"{n}"' if n in have else f'CAST(NULL AS {_DUCKDB_TYPES.get(types[n], "VARCHAR")}) AS "{n}"'
+                     for n in names)
+    return f"(SELECT {cols} FROM read_parquet(?))"
+
+
 def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
     """Where the index disagrees with one intact receipt's files (its summary row, each metric table). The
     files must have been verified against their digests (:func:`ledger.store.integrity.verify_receipt`): the
@@ -104,7 +120,7 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
                 truth: tuple[object, ...] = (0, *([None] * len(columns)))
             else:
                 path = ledger.path(receipt_id) / artifact.path
-                source = parquet_source(path) if name == "routing" else "read_parquet(?)"
+                source = parquet_source(path) if name == "routing" else _file_source(files, path, schema)
                 truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "

@@ -60,7 +60,7 @@ from ledger.store.merge import empty, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
-from schemas import Artifact, Capture, Links, Problem, Receipt, Stack, Workload
+from schemas import Artifact, Capture, Failure, Links, Problem, Receipt, Stack, Workload
 from schemas.tables import EXTRA, TABLES
 
 Redact = Callable[[str], str]
@@ -107,7 +107,27 @@ def _workload(
     if not isinstance(data, dict) or not data:
         return workload
     arguments = {str(k): str(v) for k, v in _redact_json(data, redact).items()}
-    return workload.model_copy(update={"arguments": arguments})
+    seed, arguments = _seed_of(arguments)
+    return workload.model_copy(update={"arguments": arguments, "seed": seed})
+
+
+SEED_NAMES = ("seed", "random_seed")
+"""A launch argument or config key named so (its last component: ``--seed``, ``train.yaml:training.seed``) is the
+run's seed (``workload.seed``, factor ``seed``), not an argument: two runs that differ only in it are replicates of
+one configuration, as two seeds of an SDK run are."""
+
+
+def _seed_of(arguments: dict[str, str]) -> tuple[int | None, dict[str, str]]:
+    """The seed among a launch's arguments, and the arguments without it; None (arguments untouched) when no key
+    names one, or the keys that do disagree or hold no whole number."""
+    keys = [k for k in arguments if k.replace(":", ".").rsplit(".", 1)[-1].lstrip("-").lower() in SEED_NAMES]
+    values = {arguments[k].strip() for k in keys}
+    if len(values) != 1:
+        return None, arguments
+    (value,) = values
+    if not value.lstrip("-").isdigit():
+        return None, arguments
+    return int(value), {k: v for k, v in arguments.items() if k not in keys}
 
 
 def _reported_workload(
@@ -380,6 +400,7 @@ def build(
         summary=summarize(tables, energy, method),
         capture=captured,
         problems=tuple(problems),
+        failure=_failure(log, outcome, redact),
     )
     if amend is not None:
         # model_copy(update=...) does not validate: validate the amended receipt as a whole
@@ -390,6 +411,19 @@ def build(
     receipt = receipt.model_copy(update={"id": receipt_id})
     write_receipt(tmp, text)
     return receipt
+
+
+def _failure(log: Path, outcome: Outcome, redact: Redact) -> Failure | None:
+    """Why a failed or interrupted run ended, as the end of its log says (:mod:`ledger.store.failure`)."""
+    if outcome.status not in ("failed", "interrupted"):
+        return None
+    from ledger.store.failure import failure_of
+
+    found = failure_of(log)
+    if found is None:
+        return None
+    return found.model_copy(update={"exception": redact(found.exception) if found.exception else None,
+                                    "lines": tuple(redact(line) for line in found.lines)})
 
 
 def _listed(dirs: list[tuple[int, Path]]) -> set[str] | None:

@@ -47,6 +47,32 @@ def _median_after_warmup(column: pa.ChunkedArray) -> float | None:
     return float(np.median(values))
 
 
+PROCESS = "process"
+"""The telemetry device of the launch's process tree (the wrapper's sampler: :mod:`ledger.record.telemetry`);
+``gpu<i>:process`` is its memory on GPU ``i``."""
+
+
+def peak_memory(tables: dict[str, pa.Table]) -> tuple[int | None, str | None, int | None]:
+    """The run's own peak memory and where it came from: the largest its steps reported (device memory, as the
+    training process or its log gave it), else the largest GPU memory its processes held, else the largest memory
+    of its process tree; and the process tree's largest (host) memory. Never the machine's memory in use (the
+    ``host`` and ``gpu<i>`` telemetry rows count other processes too)."""
+    steps = _largest(tables["steps"]["memory_bytes"])
+    telemetry = tables["telemetry"]
+    gpu = host = None
+    if telemetry.num_rows:
+        devices = telemetry["device"]
+        pc = _pc()
+        tree = telemetry.filter(pc.equal(devices, PROCESS))
+        on_gpu = telemetry.filter(pc.ends_with(pc.fill_null(devices, ""), ":" + PROCESS))
+        host = _largest(tree["memory_bytes"]) if tree.num_rows else None
+        gpu = _largest(on_gpu["memory_bytes"]) if on_gpu.num_rows else None
+    for value, source in ((steps, "steps"), (gpu, "gpu processes"), (host, "process tree")):
+        if value is not None:
+            return value, source, host
+    return None, None, host
+
+
 def summarize(
     tables: dict[str, pa.Table], energy_j: float | None = None, energy_method: str = "not measured"
 ) -> Summary:
@@ -68,7 +94,7 @@ def summarize(
         key = "/".join(str(row[k]) if row[k] is not None else "all" for k in ("split", "source", "metric"))
         if value is not None:
             final_eval[key] = value
-    memory = [m for t in (tables["steps"], tables["telemetry"]) if (m := _largest(t["memory_bytes"])) is not None]
+    peak, source, host = peak_memory(tables)
     return Summary(
         steps=steps.num_rows,
         last_step=last["step"][0].as_py() if last is not None else None,
@@ -77,7 +103,9 @@ def summarize(
         final_eval=final_eval,
         tokens_per_s=_median_after_warmup(steps["tokens_per_s"]) if steps.num_rows else None,
         step_time_s=_median_after_warmup(steps["step_time_s"]) if steps.num_rows else None,
-        peak_memory_bytes=max(memory) if memory else None,
+        peak_memory_bytes=peak,
+        peak_memory_source=source,
+        peak_host_memory_bytes=host,
         energy_j=finite_or_none(energy_j),
         energy_method=energy_method if finite_or_none(energy_j) is not None else "not measured",
         nonfinite_steps=int((~np.isfinite(_floats(steps["loss"]))).sum()) if steps.num_rows else 0,

@@ -116,6 +116,61 @@ def test_a_planted_15_percent_throughput_change_is_found_with_3_vs_3_and_a_floor
         assert count / n >= max(0.80, _binomial_lower(n, 0.85)) - 1e-9, (name, count / n)
 
 
+# ------------------------------------------------------------------------------------------ wrapped runs
+def _judge_wrapped(runs_a: Sequence[Any], runs_b: Sequence[Any], groups: Sequence[Sequence[Any]] = ()
+                   ) -> dict[str, str]:
+    """Every speed and loss row compare gives two sides of wrapped runs (no tokens: steps/s, step time, loss at
+    matched wall time and steps), the headline families sharing alpha as compare does."""
+    from ledger.analyses.attribution import BUILTIN_HEADLINES
+
+    rows = builtin_metrics.compare_all(runs_a, runs_b, SETTINGS, (), [h.metric for h in BUILTIN_HEADLINES], groups)
+    return {r.name: r.verdict for r in rows if r.family in ("throughput", "step time", "loss")
+            and r.verdict != "unavailable"}
+
+
+def _wrapped_side(rng: np.random.Generator, config: str, n: int, speed: float = 1.0, every: int = 1) -> list[Any]:
+    return [cal.wrapped_run_data(cal.series(rng, config, seed, speed), every) for seed in range(n)]
+
+
+def test_a_wrapped_run_gets_speed_and_loss_rows_not_unavailable() -> None:
+    """A wrapped run (printed lines only, timed by the output) twice as fast as another: steps/s, step time and the
+    loss at matched wall time and steps are all computed; only the rows that need tokens are unavailable."""
+    rng = np.random.default_rng(11)
+    got = _judge_wrapped(_wrapped_side(rng, "a", 3), _wrapped_side(rng, "b", 3, speed=2.0))
+    assert {"steps/s", "step time (median)", "step time (p90)", "loss @ matched wall time",
+            "loss @ matched steps"} <= set(got)
+    assert got["steps/s"] == "better" and got["step time (median)"] == "better"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("per_side", "floor", "every"), [(1, True, 1), (3, False, 1), (3, True, 5)])
+def test_wrapped_a_a_false_alarms_stay_at_alpha(per_side: int, floor: bool, every: int) -> None:
+    """Pairs of wrapped runs of one configuration (a line every step, or every 5th), judged as two
+    configurations: any headline family called different in at most alpha of the pairs (binomial bound)."""
+    rng = np.random.default_rng(500 + 10 * per_side + floor + every)
+    n = 200
+    pairs = 0
+    for _ in range(n):
+        groups = [_wrapped_side(rng, f"other{g}", 4, every=every) for g in range(4)] if floor else []
+        got = _judge_wrapped(_wrapped_side(rng, "a", per_side, every=every),
+                             _wrapped_side(rng, "b", per_side, every=every), groups)
+        assert "inconclusive" not in got.values(), got
+        pairs += any(v not in ("no significant difference", "identical") for v in got.values())
+    assert pairs / n <= _binomial_upper(n, SETTINGS.alpha), pairs / n
+
+
+@pytest.mark.slow
+def test_a_planted_15_percent_speed_up_of_wrapped_runs_is_found_with_3_vs_3_and_a_floor() -> None:
+    rng = np.random.default_rng(17)
+    n = 200
+    found = 0
+    for _ in range(n):
+        groups = [_wrapped_side(rng, f"other{g}", 4) for g in range(4)]
+        got = _judge_wrapped(_wrapped_side(rng, "a", 3), _wrapped_side(rng, "b", 3, speed=1.15), groups)
+        found += got["steps/s"] == "better"
+    assert found / n >= max(0.80, _binomial_lower(n, 0.85)) - 1e-9, found / n
+
+
 def test_within_run_intervals_cover_the_mean_at_the_nominal_rate() -> None:
     rng = np.random.default_rng(3)
     n, hits = 400, 0

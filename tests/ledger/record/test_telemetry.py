@@ -126,3 +126,48 @@ def test_energy_not_measured(rows: list[dict[str, Any]]) -> None:
 
 def test_energy_of_a_table_without_energy_columns() -> None:
     assert energy_summary(pa.table({"time": [1.0], "device": ["gpu0"]})) == (None, "not measured")
+
+
+def test_the_launchs_process_tree_is_sampled_its_memory_and_cpu(tmp_path: Path) -> None:
+    """A launch in a session of its own whose child holds 200 MB and spins: the ``process`` rows count both
+    processes (the child's 200 MB, proportional to what it alone holds) and their CPU use, not the machine's."""
+    import subprocess
+    import sys
+
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', "
+            "'import time; b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); t = time.time()\\n"
+            "while time.time() - t < 1.5: pass'])\n"
+            "child.wait()\n")
+    launch = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    sampler = Sampler(tmp_path, interval=0.1, session=launch.pid)
+    sampler.start()
+    launch.wait(timeout=60)
+    sampler.stop()
+    rows = [r for r in read_stream(tmp_path).to_pylist() if r["device"] == "process"]
+    peak = max(r["memory_bytes"] for r in rows)
+    host = max(r["memory_bytes"] for r in read_stream(tmp_path).to_pylist() if r["device"] == "host")
+    assert 200 << 20 <= peak < 400 << 20 < host, (peak, host)  # the child's 200 MB and two interpreters
+    busy = [r["utilization"] for r in rows if r["utilization"] is not None]
+    assert busy and 0.5 < max(busy) <= 2.5, busy  # one process spinning: about one core
+
+
+def test_a_wrapped_runs_peak_memory_is_its_process_trees(tmp_path: Path) -> None:
+    """`ledger record` of a script that holds 150 MB: the receipt's peak memory is its process tree's, said so,
+    never the machine's memory in use (several GB here)."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import BIN, child_env
+
+    script = tmp_path / "hold.py"
+    script.write_text("import time\nb = bytearray(150 << 20)\nb[::4096] = b'x' * len(b[::4096])\ntime.sleep(1.5)\n")
+    env = child_env(LEDGER_DIR=str(tmp_path / "receipts"))
+    subprocess.run([str(BIN / "ledger"), "record", "--name", "hold", "--telemetry-interval", "0.2", "--",
+                    sys.executable, str(script)], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    shown = subprocess.run([str(BIN / "ledger"), "show", "hold", "--json"], cwd=tmp_path, env=env, check=True,
+                           capture_output=True, text=True, timeout=120)
+    summary = json.loads(shown.stdout)["summary"]
+    assert summary["peak_memory_source"] == "process tree"
+    assert 150 << 20 <= summary["peak_memory_bytes"] == summary["peak_host_memory_bytes"] < 300 << 20

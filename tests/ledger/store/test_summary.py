@@ -58,14 +58,30 @@ def test_odd_count_median_and_no_values() -> None:
     assert empty.steps == 0 and empty.tokens_per_s is None and empty.final_loss is None
 
 
-def test_peak_memory_is_the_largest_over_steps_and_telemetry_nulls_left_out() -> None:
+def test_peak_memory_is_the_runs_own_never_the_machines() -> None:
+    """The steps' figure first (the run's device memory), else its processes' GPU memory, else its process tree's;
+    the machine's memory in use (host, a GPU's whole memory) is never the run's peak. Nulls are left out."""
     tables = _tables({"step": [1, 2, 3], "rank": [0, 0, 0], "memory_bytes": [None, 7_000_000_001, None]})
-    telemetry = {f.name: [None] * 2 for f in TABLES["telemetry"]}
-    telemetry["memory_bytes"] = [6_000_000_000, None]
+    telemetry = {f.name: [None] * 5 for f in TABLES["telemetry"]}
+    telemetry["device"] = ["host", "gpu0", "process", "gpu0:process", "process"]
+    telemetry["memory_bytes"] = [20_000_000_000, 9_000_000_000, 3_000_000_000, 5_000_000_000, None]
     tables["telemetry"] = pa.table(telemetry, schema=TABLES["telemetry"])
-    assert summarize(tables).peak_memory_bytes == 7_000_000_001
-    tables["telemetry"] = pa.table({**telemetry, "memory_bytes": [8_000_000_000, None]}, schema=TABLES["telemetry"])
-    assert summarize(tables).peak_memory_bytes == 8_000_000_000
+    s = summarize(tables)
+    assert (s.peak_memory_bytes, s.peak_memory_source, s.peak_host_memory_bytes) == (7_000_000_001, "steps",
+                                                                                     3_000_000_000)
+    no_steps = _tables({"step": [1], "rank": [0], "memory_bytes": [None]})
+    no_steps["telemetry"] = tables["telemetry"]
+    s = summarize(no_steps)
+    assert (s.peak_memory_bytes, s.peak_memory_source) == (5_000_000_000, "gpu processes")
+    no_steps["telemetry"] = pa.table({**telemetry, "device": ["host", "gpu0", "process", "gpu1", "process"]},
+                                     schema=TABLES["telemetry"])
+    s = summarize(no_steps)
+    assert (s.peak_memory_bytes, s.peak_memory_source, s.peak_host_memory_bytes) == (3_000_000_000, "process tree",
+                                                                                     3_000_000_000)
+    no_steps["telemetry"] = pa.table({**telemetry, "device": ["host", "gpu0", "cpu", "gpu1", "host"]},
+                                     schema=TABLES["telemetry"])
+    s = summarize(no_steps)
+    assert (s.peak_memory_bytes, s.peak_memory_source, s.peak_host_memory_bytes) == (None, None, None)
     only_nulls = _tables({"step": [1], "rank": [0], "memory_bytes": [None]})
     assert summarize(only_nulls).peak_memory_bytes is None
     assert summarize(_tables({"step": []})).peak_memory_bytes is None
