@@ -40,6 +40,7 @@ from ledger.store.clock import CLOCK_FILE, read_clock
 from ledger.store.layout import (
     ARGUMENTS_FILE,
     CAPTURE_FILE,
+    LIVE_FILE,
     LOG_FILE,
     rank_dir,
 )
@@ -92,10 +93,11 @@ class Source:
 
 
 # ------------------------------------------------------------------------------------------- start
-def live_parser(parse: str | None) -> LiveParser:
+def live_parser(parse: str | None, run_dir: Path | None = None) -> LiveParser:
     """The output's parser as the tee feeds it (:func:`ledger.ingest.worker.live_capture`): in the wrapper for a
-    small output, in a process of its own past that (:class:`ledger.ingest.worker.LiveParser`)."""
-    return LiveParser(parse)
+    small output, in a process of its own past that (:class:`ledger.ingest.worker.LiveParser`); with ``run_dir``,
+    it writes what it read so far there (``live.json``) for `ledger watch` and the live page."""
+    return LiveParser(parse, trail=run_dir / LIVE_FILE if run_dir is not None else None)
 
 
 # ------------------------------------------------------------------------------------------ finish

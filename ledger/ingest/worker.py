@@ -29,8 +29,10 @@ import pickle
 import select
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from ledger.ingest.formats.scan import LineCapture, Rows
+from ledger.ingest.formats.trail import WRITE_S, Trail
 from ledger.process import reuse_freed_memory
 from ledger.store.faults import fault
 
@@ -46,14 +48,15 @@ NICE = 10
 """How much lower the worker's priority is than the wrapper's: the launch and the pumps come first."""
 
 
-def live_capture(parse: str | None) -> LineCapture:
+def live_capture(parse: str | None, trail: Path | None = None) -> LineCapture:
     """The parser of a launch's output (``--parse``'s pattern checked before): every format, or the pattern alone
-    on every line."""
+    on every line; ``trail``: where to write what it read so far (:mod:`ledger.ingest.formats.trail`)."""
+    live = Trail(trail) if trail is not None else None
     if parse is not None:
         from ledger.ingest.formats.pattern import compile_pattern, line_format
 
-        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False)
-    return LineCapture()
+        return LineCapture({"pattern": line_format(compile_pattern(parse))}, hint=False, trail=live)
+    return LineCapture(trail=live)
 
 
 class WorkerFailed(Exception):
@@ -81,12 +84,13 @@ class LiveParser:
     """The output's parser that the tee feeds (see the module docs); after :meth:`close`, :meth:`best` and
     :attr:`long_lines` answer as :class:`LineCapture`'s do."""
 
-    def __init__(self, parse: str | None, spawn_bytes: int = SPAWN_BYTES) -> None:
+    def __init__(self, parse: str | None, spawn_bytes: int = SPAWN_BYTES, trail: Path | None = None) -> None:
         """``parse``: the user's ``--parse`` pattern (checked before), as :func:`live_capture` takes it;
-        ``spawn_bytes``: output parsed here before the worker takes over."""
+        ``spawn_bytes``: output parsed here before the worker takes over; ``trail``: where the capture writes what
+        it read so far, for readers of the run in progress (here, then in the worker)."""
         self.parse = parse
         self.spawn_bytes = spawn_bytes
-        self.capture: LineCapture | None = live_capture(parse)
+        self.capture: LineCapture | None = live_capture(parse, trail)
         self.fed = 0
         self.worker: _Worker | None = None
         self.result: Result | None = None
@@ -119,6 +123,12 @@ class LiveParser:
             return
         assert self.capture is not None
         self.capture.feed(data)
+
+    def idle(self) -> None:
+        """The output paused: the capture here reads what it holds and writes its trail (the worker does so on its
+        own when its pipe is quiet)."""
+        if self.worker is None and self.capture is not None:
+            self.capture.idle()
 
     def _waiting(self) -> int:
         try:
@@ -271,6 +281,9 @@ def _serve(capture: LineCapture, data_r: int, result_w: int) -> None:
         gc.freeze()
         gc.enable()
         while True:
+            if not select.select([data_r], [], [], WRITE_S)[0]:
+                capture.idle()  # the output paused: what came is read, and the live trail written
+                continue
             chunk = os.read(data_r, PIPE_BYTES)
             if not chunk:
                 break

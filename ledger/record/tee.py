@@ -71,6 +71,8 @@ MEMORY_LIMIT = 16 << 20
 """Backlog kept in memory; past it, the spool's file takes the rest."""
 DRAIN_S = 2.0
 """Seconds the pumps keep reading after the child exited, for output still in the pipes."""
+IDLE_S = 0.5
+"""Seconds without output after which the writer calls the tee's ``idle`` hook."""
 GRACE_S = 10.0
 """Seconds after the child exited during which a process outside its group that holds the pipes open is still
 read; past them its output is cut (and the receipt says so)."""
@@ -153,12 +155,14 @@ class _Spool:
             return (not self.closed and now - self.last_put < FAST_S and self.waiting() < DEFER_LIMIT
                     and self.behind_since is not None and now - self.behind_since < DEFER_S)
 
-    def take(self) -> bytes | None:
-        """Up to BATCH bytes, waiting for some; None when closed and empty. Small pieces are taken together (a
-        pseudo-terminal gives the pumps 4 KiB a read, and the writer's cost is mostly per batch)."""
+    def take(self, timeout: float | None = None) -> bytes | None:
+        """Up to BATCH bytes, waiting for some; None when closed and empty; ``b""`` when nothing came for
+        ``timeout`` seconds. Small pieces are taken together (a pseudo-terminal gives the pumps 4 KiB a read, and
+        the writer's cost is mostly per batch)."""
         with self.cond:
             while not self.waiting() and not self.closed:
-                self.cond.wait()
+                if not self.cond.wait(timeout):
+                    return b""
             if self.memory:
                 parts: list[bytes] = []
                 size = 0
@@ -236,6 +240,8 @@ class Tee:
         self.redact = redact
         self.outputs = outputs
         self.consumer = consumer
+        self.idle: Callable[[], None] | None = None
+        """Called by the writer when the output paused for :data:`IDLE_S` (a live capture's turn to catch up)."""
         self.spool = _Spool(log_path.parent)
         self.pumps: list[threading.Thread] = []
         self.writer = threading.Thread(target=self._write_loop, name="ledger-tee-writer", daemon=True)
@@ -278,9 +284,11 @@ class Tee:
                 return
             time.sleep(min(quiet_s, 0.01))
 
-    def start_writer(self, consumer: LineConsumer | None) -> None:
-        """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer``."""
+    def start_writer(self, consumer: LineConsumer | None, idle: Callable[[], None] | None = None) -> None:
+        """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer`` (and calling
+        ``idle`` when the output paused for :data:`IDLE_S`)."""
         self.consumer = consumer
+        self.idle = idle
         self.writer.start()
 
     def backlog(self) -> int:
@@ -339,9 +347,17 @@ class Tee:
         while True:
             while self.spool.busy():
                 time.sleep(0.01)
-            data = self.spool.take()
+            data = self.spool.take(IDLE_S)
             if data is None:
                 break
+            if not data:  # the output paused: the consumer's turn to catch up (a live capture writes its trail)
+                if self.idle is not None:
+                    try:
+                        self.idle()
+                    except Exception as exc:
+                        self.error = self.error or f"output.log: line consumer failed: {type(exc).__name__}: {exc}"
+                        self.idle = None
+                continue
             data = pending + data
             cut = data.rfind(b"\n")
             if cut < 0 and len(data) < MAX_LINE:

@@ -239,9 +239,9 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         capture.start()
         from ledger.ingest import launch
 
-        live = launch.live_parser(opts.parse)  # the output's metric lines, parsed as the log is written
+        live = launch.live_parser(opts.parse, run_dir)  # the output's metric lines, parsed as the log is written
         live.watch(tee.backlog)  # much output already waiting: parsed in the worker from the start
-        tee.start_writer(live.feed)
+        tee.start_writer(live.feed, live.idle)
         _load_publishing()
     fault("running")
     try:

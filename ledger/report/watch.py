@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 from rich.console import Console, Group
 from rich.live import Live
@@ -23,25 +24,50 @@ ROWS = 10
 
 
 def render(run: running.RunInProgress, table: pa.Table, now: float | None = None) -> Group:
-    """The header line and the table of the last :data:`ROWS` steps (step, loss, tokens/s, ETA)."""
+    """The header line and the table of the last :data:`ROWS` steps (step, loss, rate, ETA). The rate is tokens/s
+    where the run logs tokens, else the samples/s it printed, else steps/s from when its lines arrived (a wrapped
+    launch); a launch that prints its epoch shows it, and its ETA is then the epoch's."""
     p = running.progress(table, run.planned_steps)
     planned = f"/{run.planned_steps}" if run.planned_steps else ""
+    last = table.slice(max(0, table.num_rows - ROWS))
+    rate_name, rates, head_rate = _rates(table, last, p)
+    epoch = f"epoch {run.epoch:g}  " if run.epoch is not None else ""
+    eta_name = "ETA (epoch)" if run.epoch is not None else "ETA"
     head = Text.from_markup(
-        f"[bold]{escape(run.label)}[/bold]  step {p.step if p.step is not None else '-'}{planned}  "
-        f"loss {fmt.num(p.loss)}  {fmt.si(p.tokens_per_s, 'tok/s')}  ETA {fmt.duration(p.eta_s)}")
-    out = Table("step", "loss", "tokens/s", "ETA", box=None, pad_edge=False)
+        f"[bold]{escape(run.label)}[/bold]  {epoch}step {p.step if p.step is not None else '-'}{planned}  "
+        f"loss {fmt.num(p.loss)}  {head_rate}  {eta_name} {fmt.duration(p.eta_s)}")
+    out = Table("step", "loss", rate_name, eta_name, box=None, pad_edge=False)
     for col in out.columns:
         col.justify = "right"
-    last = table.slice(max(0, table.num_rows - ROWS))
-    steps, loss, tps = running.column(last, "step"), running.column(last, "loss"), running.column(last, "tokens_per_s")
+    steps, loss = running.column(last, "step"), running.column(last, "loss")
     for i in range(last.num_rows):
         eta = None
         if run.planned_steps is not None and p.seconds_per_step is not None:
             eta = max(0.0, run.planned_steps - steps[i]) * p.seconds_per_step
-        out.add_row(f"{int(steps[i])}", fmt.num(float(loss[i])), fmt.si(float(tps[i])), fmt.duration(eta))
+        out.add_row(f"{int(steps[i])}", fmt.num(float(loss[i])), fmt.si(float(rates[i])), fmt.duration(eta))
     if table.num_rows == 0:
         out.add_row("-", "-", "-", "-")
     return Group(head, out)
+
+
+def _rates(table: pa.Table, last: pa.Table, p: running.Progress) -> tuple[str, np.ndarray, str]:
+    """The rate column's name, its values for ``last``'s rows, and the header's figure."""
+    tps = running.column(last, "tokens_per_s")
+    if np.isfinite(tps).any() or p.tokens_per_s is not None:
+        return "tokens/s", tps, fmt.si(p.tokens_per_s, "tok/s")
+    if "samples_per_s" in table.column_names:
+        sps = running.column(last, "samples_per_s")
+        if np.isfinite(sps).any():
+            finite = sps[np.isfinite(sps)]
+            return "samples/s", sps, fmt.si(float(finite[-1]), "samples/s")
+    s, t = running.column(last, "step"), running.column(last, "time")
+    per_row = np.full(last.num_rows, np.nan)
+    if last.num_rows > 1:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ds, dt = np.diff(s), np.diff(t)
+            per_row[1:] = np.where((ds > 0) & (dt > 0), ds / dt, np.nan)
+    overall = 1.0 / p.seconds_per_step if p.seconds_per_step else None
+    return "steps/s", per_row, fmt.si(overall, "steps/s")
 
 
 def watch(run: running.RunInProgress, console: Console, interval: float = 0.5,

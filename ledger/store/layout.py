@@ -62,6 +62,9 @@ LOG_FILE = "output.log"
 LOG_DIGEST_FILE = "output.log.sha256"
 """In the staging directory: the sha256 of ``output.log`` as the output tee wrote it, with its size and
 modification time (:func:`ledger.store.integrity.recorded_sha256`), so publishing does not read the log again."""
+LIVE_FILE = "live.json"
+"""In the staging directory: what the output's capture read so far (:mod:`ledger.ingest.formats.trail`), for
+``ledger watch`` and the live page of a wrapped launch."""
 WRAPPER_FILE = "wrapper.json"
 LOCK_FILE = "lock"
 STACK_FILE = "stack.json"

@@ -2,8 +2,12 @@
 
 Read-only and lock-free: the wrapper's facts (``wrapper.json``), the workload the training process reported
 (planned steps), and the step rows flushed so far by every rank (:func:`ledger.store.merge.read_table`,
-which keeps every complete batch of a stream still being written). Used by ``ledger watch`` and the live
-pages of ``ledger serve``; a run leaves this list when it is published (its staging directory is removed).
+which keeps every complete batch of a stream still being written). A launch without the SDK has no rank rows
+while it runs: its rows are what the capture of its output read so far (``live.json``, written by
+:mod:`ledger.ingest.formats.trail`), each timed by when its line arrived (``output.clock``,
+:mod:`ledger.store.clock`), its step the counter as printed, its planned steps the total printed beside the
+counter (``iter 20/50``). Used by ``ledger watch`` and the live pages of ``ledger serve``; a run leaves this list
+when it is published (its staging directory is removed).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ledger.store.layout import WORKLOAD_FILE, WRAPPER_FILE
+from ledger.store.clock import CLOCK_FILE, read_clock
+from ledger.store.layout import LIVE_FILE, WORKLOAD_FILE, WRAPPER_FILE
 from ledger.store.merge import rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger
 
@@ -35,7 +40,11 @@ class RunInProgress:
     command: list[str]
     tags: dict[str, str]
     planned_steps: int | None
-    """``batch.steps`` of the workload the training process reported (None when it did not say)."""
+    """``batch.steps`` of the workload the training process reported, else the total a wrapped launch printed
+    beside its step counter (None when neither says)."""
+    epoch: float | None = None
+    """The epoch a wrapped launch printed last (None when it prints none): its planned steps are then the
+    epoch's."""
 
     @property
     def label(self) -> str:
@@ -69,6 +78,18 @@ def _run(run_dir: Path) -> RunInProgress:
         if isinstance(steps, int) and steps > 0:
             planned = steps
             break
+    epoch = None
+    if planned is None:
+        trail = _trail(run_dir)
+        value = trail.get("planned")
+        planned = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        recent = trail.get("recent")
+        fields = trail.get("fields")
+        if isinstance(recent, list) and recent and isinstance(fields, list) and "epoch" in fields:
+            last = recent[-1]
+            at = fields.index("epoch")
+            if isinstance(last, list) and len(last) > at and isinstance(last[at], int | float):
+                epoch = float(last[at])
     command = facts.get("command")
     tags = facts.get("tags")
     return RunInProgress(
@@ -79,7 +100,49 @@ def _run(run_dir: Path) -> RunInProgress:
         command=[str(c) for c in command] if isinstance(command, list) else [],
         tags={str(k): str(v) for k, v in tags.items()} if isinstance(tags, dict) else {},
         planned_steps=planned,
+        epoch=epoch,
     )
+
+
+def _trail(run_dir: Path) -> dict[str, object]:
+    data, _ = read_json(run_dir / LIVE_FILE)
+    return data if isinstance(data, dict) else {}
+
+
+LIVE_COLUMNS = {"loss": pa.float64(), "lr": pa.float64(), "tokens_per_s": pa.float64(),
+                "samples_per_s": pa.float64(), "steps_per_s": pa.float64(), "epoch": pa.float64()}
+
+
+def live_steps(run: RunInProgress) -> pa.Table:
+    """What the capture of a wrapped launch's output read so far: its recent step lines in full and a thinned
+    history of its loss, in the order printed, each timed by when its line arrived (NaN before the clock has it).
+    Columns: ``line``, ``step`` (the counter as printed), ``time``, ``tokens`` (null), and :data:`LIVE_COLUMNS`."""
+    trail = _trail(run.dir)
+    fields = trail.get("fields")
+    rows: dict[int, dict[str, object]] = {}
+    history = trail.get("history")
+    if isinstance(history, list):
+        for point in history:
+            if isinstance(point, list) and len(point) == 3:
+                rows[int(point[0])] = {"line": int(point[0]), "step": int(point[1]), "loss": point[2]}
+    recent = trail.get("recent")
+    if isinstance(recent, list) and isinstance(fields, list):
+        for entry in recent:
+            if isinstance(entry, list) and len(entry) == len(fields):
+                row = dict(zip(fields, entry, strict=True))
+                rows[int(row["line"])] = row
+    ordered = [rows[k] for k in sorted(rows)]
+    lines = np.asarray([r["line"] for r in ordered], dtype=np.int64)
+    times = read_clock(run.dir / CLOCK_FILE).times(lines)
+    columns: dict[str, pa.Array] = {
+        "line": pa.array(lines, pa.int64()),
+        "step": pa.array([r["step"] for r in ordered], pa.int64()),
+        "time": pa.array(times, pa.float64(), mask=~np.isfinite(times)),
+        "tokens": pa.nulls(len(ordered), pa.int64()),
+    }
+    for name, kind in LIVE_COLUMNS.items():
+        columns[name] = pa.array([r.get(name) for r in ordered], kind)
+    return pa.table(columns)
 
 
 def reload(run: RunInProgress) -> RunInProgress:
@@ -108,10 +171,12 @@ def find(ledger: Ledger, ref: str) -> RunInProgress | None:
 
 
 def steps(run: RunInProgress) -> pa.Table:
-    """The step rows flushed so far by the lowest rank that logged any, sorted by step."""
+    """The step rows flushed so far by the lowest rank that logged any, sorted by step; for a launch whose ranks
+    write none, the step lines its output's capture read so far (:func:`live_steps`), in the order printed."""
     table, _ = read_table(run.dir, "steps")
     if table.num_rows == 0:
-        return table
+        live = live_steps(run)
+        return live if live.num_rows else table
     lowest = pc.min(table["rank"]).as_py()
     table = table.filter(pc.equal(table["rank"], lowest))
     return table.sort_by("step")
@@ -138,10 +203,12 @@ def progress(table: pa.Table, planned_steps: int | None) -> Progress:
     rate = float(np.median(logged)) if logged.size else None
     seconds_per_step = None
     ok = np.isfinite(t)
-    if ok.sum() >= 2 and s[ok][-1] > s[ok][0] and t[ok][-1] > t[ok][0]:
-        seconds_per_step = float((t[ok][-1] - t[ok][0]) / (s[ok][-1] - s[ok][0]))
+    ts, ss = t[ok], s[ok]
+    rise = (np.diff(ss) > 0) & (np.diff(ts) >= 0)  # pairs where the counter rose (not across a new epoch)
+    if rise.any() and np.diff(ts)[rise].sum() > 0:
+        seconds_per_step = float(np.diff(ts)[rise].sum() / np.diff(ss)[rise].sum())
         kk = ok & np.isfinite(k)
-        if rate is None and kk.sum() >= 2:
+        if rate is None and kk.sum() >= 2 and t[kk][-1] > t[kk][0]:
             rate = float((k[kk][-1] - k[kk][0]) / (t[kk][-1] - t[kk][0]))
     step = int(s[-1])
     eta = None

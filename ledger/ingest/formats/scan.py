@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
@@ -45,6 +46,7 @@ from ledger.ingest.formats.base import (
 from ledger.ingest.formats.identity import Identity, Observations, identify
 from ledger.ingest.formats.keyvalue import NAME as GENERIC
 from ledger.ingest.formats.template import Templates, agrees, checks
+from ledger.ingest.formats.trail import WRITE_S, Trail
 from schemas.tables import EXTRA
 
 ADOPT_LINES = 3
@@ -450,8 +452,12 @@ class LineCapture:
     ``hint=False`` offers every line (a user's pattern may match lines without the usual words);
     ``fast=False`` reads every line with the formats' parsers (no templates: :mod:`.template`)."""
 
-    def __init__(self, formats: Mapping[str, Format] | None = None, *, hint: bool = True, fast: bool = True) -> None:
+    def __init__(self, formats: Mapping[str, Format] | None = None, *, hint: bool = True, fast: bool = True,
+                 trail: Trail | None = None) -> None:
         self.formats = dict(LINE_FORMATS if formats is None else formats)
+        self.trail = trail
+        """What a live capture has read so far, written for readers of the run in progress (None: not live)."""
+        self._flushed = time.monotonic()
         self.hint = hint
         self.rows = {name: Rows(name) for name in self.formats}
         self.lines = 0
@@ -478,10 +484,19 @@ class LineCapture:
         compiled and its automaton built per call), so larger blocks are cheaper per byte."""
         self._queue.append(data)
         self._queued += len(data)
-        if self._queued >= BLOCK:
-            self._flush()
+        if self._queued >= BLOCK or (self.trail is not None and time.monotonic() - self._flushed >= WRITE_S):
+            self._flush()  # a live capture reads what came at least every WRITE_S, however little
+            if self.trail is not None and self.trail.due():
+                self.trail.write()
+
+    def idle(self) -> None:
+        """The output paused: read what is queued and write the trail (a live capture)."""
+        self._flush()
+        if self.trail is not None:
+            self.trail.write()
 
     def _flush(self) -> None:
+        self._flushed = time.monotonic()
         if not self._queue:
             return
         data = self._queue[0] if len(self._queue) == 1 else b"".join(self._queue)
@@ -636,6 +651,8 @@ class LineCapture:
                     **got.values, **{k: np.full(len(got.lines), v) for k, v in template.constants}}
                 self.rows[template.format].add_columns(got.lines + (first + 1), got.steps, values)
                 self._block_real.append((template.format, got.lines + (first + 1), got.steps))
+                if self.trail is not None:
+                    self.trail.add_columns(template.format, got.lines + (first + 1), got.steps, values)
                 unread = block.mark_read(unread, got.lines)
             if template.dead:
                 break
@@ -709,13 +726,18 @@ class LineCapture:
         if parsed.step is None and parsed is not BAD and real is not None and real[0] != name:
             if parsed.metrics and lineno - real[2] <= ADOPT_LINES:
                 self.rows[real[0]].add(replace(parsed, step=real[1], ordinal=False), lineno, joined=True)
+                if self.trail is not None:
+                    self.trail.add(real[0], lineno, real[1], parsed.metrics)
                 return
             if parsed.evals and not parsed.metrics:
                 self.rows[real[0]].add(parsed, lineno)
                 return
         if parsed.step is not None and parsed.metrics and parsed is not BAD:
             self._real = (name, parsed.step, lineno)
-        self.rows[name].add(parsed, lineno)
+        rows = self.rows[name]
+        rows.add(parsed, lineno)
+        if self.trail is not None and parsed.metrics and rows.last_step is not None and parsed is not BAD:
+            self.trail.add(name, lineno, rows.last_step, parsed.metrics)
 
     def _real_before(self, lineno: int) -> tuple[str, int, int] | None:
         """The latest line before ``lineno`` that printed a step number: read one by one, or as columns in the block
@@ -728,7 +750,7 @@ class LineCapture:
         return best
 
     def close(self) -> None:
-        """End of output: a last line without a line end is read too."""
+        """End of output: a last line without a line end is read too (and the trail written a last time)."""
         self._flush()
         if self._pending and not self._skipping:
             self.ended_without_newline = True
@@ -739,6 +761,8 @@ class LineCapture:
             self._skipping = False
             self._last_segment()
         self._pending = b""
+        if self.trail is not None:
+            self.trail.write()
 
     def feed_file(self, path: Path) -> None:
         """The whole file, block by block."""

@@ -53,3 +53,4 @@ def test_watch_follows_a_run_until_it_is_published(ledger_cli, ledger_dir, tmp_p
 def test_watch_names_what_is_running_when_the_ref_is_unknown(ledger_cli) -> None:
     proc = ledger_cli("watch", "nope")
     assert proc.returncode == 2 and "no run in progress named 'nope'" in proc.stderr
+
