@@ -201,8 +201,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     return Imported(receipt, notes)
 
 
-LOG_FORMATS = ("auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct", "key-value",
-               "megatron", "trainer-state", "lightning-csv", "tensorboard")
+LOG_FORMATS = ("auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct", "nanotron", "json-lines",
+               "key-value", "megatron", "trainer-state", "lightning-csv", "tensorboard")
 """``ledger ingest log --format`` choices (``auto``: recognised by the file's name, else by its lines)."""
 
 
