@@ -224,6 +224,8 @@ def test_a_dict_cut_short_keeps_its_complete_entries() -> None:
     assert hf.parse_line("{'eval_loss': 2.2061") is None  # 2.2061 may be cut too: nothing complete
     assert hf.parse_line("{'loss': 2.5, 'grad_norm': 1.2, 'learning_rate': 1e-05, 'epo") == Parsed(
         step=None, metrics={"loss": 2.5, "grad_norm": 1.2, "lr": 1e-05}, ordinal=True)
+    assert hf.parse_line("{'loss': 2.5, 'elapsed_time': '1 day, 2:0") == Parsed(  # a cut inside a string: after it
+        step=None, metrics={"loss": 2.5}, ordinal=True)
 
 
 def test_dicts_without_a_bar_are_numbered_as_before() -> None:
@@ -239,6 +241,8 @@ def test_llamafactory_prints_each_step_twice_at_the_same_step() -> None:
     assert rows.evals == [(10, "eval", "loss", 1.3811)]
     assert {"throughput", "grad_norm", "tokens", TOTAL} <= set(rows.steps[10])  # the callback's and the Trainer's
     assert rows.steps[10][TOTAL] == 30.0 and rows.steps[10]["tokens"] == 98208.0
+    capture = read("llamafactory.log")
+    assert not [t.source for t in capture.templates.items if "%|" in t.source]  # no shape learned from a bar's line
     callback = lines("llamafactory.log")[0].split("\r")[-1]
     assert hf.parse_line(callback) == Parsed(step=None, metrics={"loss": 1.4229, "lr": 4.9978e-05, EPOCH: 0.17,
                                                                  "throughput": 1828.21}, ordinal=True)
