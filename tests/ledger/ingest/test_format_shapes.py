@@ -62,6 +62,21 @@ def test_a_loops_epoch_counter_and_samples_rate() -> None:
     assert rows is not None and rows.name == keyvalue.NAME and sorted(rows.steps) == [10, 20, 30, 40, 50]
 
 
+def test_an_epoch_counters_lines_read_as_columns_as_the_parser_reads_them() -> None:
+    """keyvalue_epochs.log's shape over 12 epochs of 500 lines, values varied: the epoch and the counter's total are
+    numbers of the line, so the shape gets a template, which reads them as the parser does."""
+    out = [f"epoch {e} iter {i}/500 | loss={3 / (1 + e + i / 500):.4f} | lr {(i % 9 + 1) * 1e-4:.1e} | "
+           f"{600 + i % 77 + 0.5} samples/sec" for e in range(1, 13) for i in range(1, 501)]
+    data = ("\n".join(out) + "\n").encode()
+    fast, slow = capture(data, 1 << 16), capture(data, 1 << 16, fast=False)
+    got, want = fast.best(), slow.best()
+    assert got is not None and want is not None and got.name == want.name == keyvalue.NAME
+    assert len(want.steps) == 500 and _printed(got.steps) == _printed(want.steps)
+    assert want.steps[7] == {EPOCH: 1.0, TOTAL: 500.0, "loss": 1.4896, "lr": 8e-4, "samples_per_s": 607.5}
+    live = [t for t in fast.templates.items if not t.dead]
+    assert live and sum(t.uses for t in live) >= 5900, [(t.regex.pattern, t.uses, t.dead) for t in fast.templates.items]
+
+
 @pytest.mark.parametrize(("index", "step", "metrics"), [
     (0, 5, {TOTAL: 100.0, "loss": 2.5012, "lr": 1.0e-4, "tokens_per_s": 10240.0, "steps_per_s": 1.25}),
     (1, 6, {"loss": 2.4907, "lr": 1.0e-4, "tokens_per_s": 10310.0, "steps_per_s": 1.27}),
