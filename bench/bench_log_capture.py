@@ -16,11 +16,12 @@ Figures (MB/s; reference: ``cat FILE > /dev/null`` of the same file, best of 3; 
 - ``log_capture_record_mixed``: ``ledger record -- cat FILE`` (stdout to /dev/null) minus ``ledger record
   -- true``, i.e. the per-byte cost of the wrapper with capture on (tee, redaction, parsing, publishing the
   log), best of 2;
-- ``log_capture_parse_<format>_cpu`` for ``nanogpt``, ``open-instruct`` and ``torchtitan``: the same over
-  ``--format-lines`` lines in the shape of each format's real excerpt (tests/fixtures/logs): nanoGPT's ``iter``
-  lines with an eval line every 250 and its ``mfu -100.00%`` placeholder at first, open-instruct's step lines
-  with and without ``TPS`` alternating, torchtitan's step lines in its default colours (the shapes that read at
-  0.5-14 MB/s before session 11: numbers glued to units, an ambiguous number pattern, escape sequences);
+- ``log_capture_parse_<format>_cpu`` for ``nanogpt``, ``open-instruct``, ``torchtitan``, ``nanotron`` and
+  ``json-lines``: the same over ``--format-lines`` lines in the shape of each format's excerpt (tests/fixtures/logs):
+  nanoGPT's ``iter`` lines with an eval line every 250 and its ``mfu -100.00%`` placeholder at first, open-instruct's
+  step lines with and without ``TPS`` alternating, torchtitan's step lines in its default colours (the shapes that
+  read at 0.5-14 MB/s before session 11: numbers glued to units, an ambiguous number pattern, escape sequences),
+  nanotron's iteration lines (numbers with a decimal multiplier, ``55.8K``), a script's JSON lines;
 - ``log_capture_long_line_rss``: growth of the peak RSS of a process fed one line of ``--long-mb`` MB in
   1 MiB chunks (peak after minus peak before, so pages swapped out under load do not count as growth);
   target: a ceiling of 64 MB (it must not grow with the line).
@@ -82,6 +83,15 @@ def format_lines(kind: str, n: int) -> list[str]:
         return [f"12/01/2026 10:{i // 60 % 60:02d}:{i % 60:02d} - INFO - __main__ -   Step: {i}, LR: "
                 f"{2e-5 * (1 - i / (n + 1)):.1e}, Loss: {1.2 / (1 + i / 1000):.4f}"
                 + (f", TPS: {4000 + i % 200:.1f}" if i % 2 else "") for i in range(1, n + 1)]
+    if kind == "nanotron":
+        return [f"12/01/2026 10:00:00 [INFO|DP=0|PP=1|TP=0]: iteration: {i} / {n} | consumed_tokens: "
+                f"{i % 900 + 100}K | time_per_iteration_ms: 2.{i % 90 + 10}K | tokens_per_sec: 5{i % 10}.{i % 7}K | "
+                f"tokens_per_sec_per_gpu: 6.{i % 90 + 10}K | global_batch_size: 131K | lm_loss: {9 - i / n:.3g} | "
+                f"grad_norm: {1 + i % 97 / 10:.3g} | lr: {(i % 50 + 1) * 1e-6:.3g} | model_tflops_per_gpu: "
+                f"3{i % 10}.{i % 9} | eta: 0:39:07" for i in range(1, n + 1)]
+    if kind == "json-lines":
+        return [f'{{"step": {i}, "loss": {3 / (1 + i / 100):.6f}, "lr": {(i % 50 + 1) * 1e-6:.3g}, "grad_norm": '
+                f'{1 + i % 97 / 10}, "tokens_per_sec": {51000 + i % 997 * 1.5}}}' for i in range(1, n + 1)]
     colour = {k: f"\x1b[{v}m" for k, v in (("red", 31), ("green", 32), ("yellow", 33), ("blue", 34), ("cyan", 36),
                                            ("magenta", 35), ("reset", 39))}
     return [f"[rank0]:[titan] 2026-12-01 10:00:00,000 - root - INFO - {colour['red']}step: {i:2}  "
@@ -198,7 +208,7 @@ def main() -> None:
                                   "target": TARGET_MB_S, "met": None if through is None else through >= TARGET_MB_S,
                                   "note": "ledger record -- cat FILE minus ledger record -- true; floor 100 MB/s"}))
             path.unlink()
-        for kind in ("nanogpt", "open-instruct", "torchtitan"):
+        for kind in ("nanogpt", "open-instruct", "torchtitan", "nanotron", "json-lines"):
             path = tmp / f"{kind}.log"
             path.write_text("\n".join(format_lines(kind, args.format_lines)) + "\n")
             cat = cat_mb_s(path)

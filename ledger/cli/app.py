@@ -106,8 +106,8 @@ def record(
     """Run a training launch and record its receipt; exits with the launch's exit status.
 
     Metrics are captured with no change to the training code: from the SDK, from the output (Hugging Face
-    Trainer, nanoGPT, torchtitan, DeepSpeed, open-instruct, Megatron-LM and key=value step lines, or
-    --parse), from trainer_state.json, Lightning's metrics.csv and TensorBoard events; the command line and
+    Trainer, nanoGPT, torchtitan, DeepSpeed, open-instruct, nanotron, Megatron-LM, JSON lines and key=value step
+    lines, or --parse), from trainer_state.json, Lightning's metrics.csv and TensorBoard events; the command line and
     the config files it names become workload.arguments. The last lines say what was captured.
 
     On several nodes, run one wrapper per node (`srun --ntasks-per-node 1 ledger record -- torchrun ...`):

@@ -68,7 +68,7 @@ def megatron_evidence(path: Path, args_from: Path | None = None, routing: Path |
                         f"{describe(path)}" + (f"; {len(log.issues.unparsed)} line(s) looked like Megatron output "
                                                "but did not parse" if log.issues.unparsed else "")
                         + "; a log of another trainer is read by `ledger ingest log FILE` (or --parse REGEX)")
-    args = merge_args(extra, log.args)
+    args = merge_args(extra, log.arguments())
     tables = log.tables(args)
     directory = routing if routing is not None else path.parent / "tokens_per_expert"
     if routing is not None and not routing.is_dir():
@@ -201,8 +201,8 @@ def ingest_trace(ledger: Ledger, path: Path, into: str, name: str | None = None)
     return Imported(receipt, notes)
 
 
-LOG_FORMATS = ("auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct", "key-value",
-               "megatron", "trainer-state", "lightning-csv", "tensorboard")
+LOG_FORMATS = ("auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct", "nanotron", "json-lines",
+               "key-value", "megatron", "trainer-state", "lightning-csv", "tensorboard")
 """``ledger ingest log --format`` choices (``auto``: recognised by the file's name, else by its lines)."""
 
 

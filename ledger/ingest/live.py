@@ -99,7 +99,7 @@ def _augment(run_dir: Path, command: list[str], log_path: Path) -> list[str]:
         return ["Megatron launch: no output log to parse"]
     log = parse_lines(numbered_lines(log_path), log_path.name)
     launch_args, complete = args_from_command(command)
-    args = merge_args(launch_args, log.args)
+    args = merge_args(launch_args, log.arguments())
     tables = log.tables(args)
     issues: Issues = log.issues
     started = started_at(run_dir)

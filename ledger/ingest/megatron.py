@@ -20,7 +20,13 @@ as ``0: `` or ``[default3]:``, a ``[YYYY-MM-DD hh:mm:ss]`` timestamp, or neither
 - timers: ``(min, max) time across ranks (ms):`` followed by ``name ....: (min, max)`` lines, or the older
   ``time (ms) | name: value | ...`` -> timing rows of the last iteration seen (seconds = max / 1000: the
   slowest rank is the one the step waits for);
-- the argument dump (``name ....... value`` lines) -> workload.
+- the argument dump (``name ....... value`` lines) -> workload;
+- ``using world size: 8, data-parallel size: 2, context-parallel size: 1, ..., tensor-model-parallel size: 2,
+  pipeline-model-parallel size: 2`` (printed once the sizes are settled) -> workload.parallelism (world size, dp,
+  cp, tp, pp), whether or not the log has an argument dump (:func:`.megatron_args.args_from_world_line`);
+- the global batch size every iteration line prints -> workload.batch.global_batch when it is the same on every
+  line (a batch-size ramp-up changes it: then the receipt says from which iteration it was which, and the workload
+  keeps what the arguments say).
 
 Derived columns, each from facts in the log: tokens = consumed samples x seq_length (when no ``consumed
 tokens``), tokens_per_s = global batch size x seq_length / step time (or samples per second x actual
@@ -46,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 
 from ledger.ingest.common import Issues, LineError, numbered_lines, strip_rank, table
-from ledger.ingest.megatron_args import ARG_LINE, parse_value
+from ledger.ingest.megatron_args import ARG_LINE, WORLD_LINE, args_from_world_line, parse_value
 
 _TIMESTAMP = re.compile(r"^\s*\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s*")
 _ITERATION = re.compile(r"^iteration\s+(\d+)\s*/\s*(\d+)\s*(?:\|(.*))?$")
@@ -125,7 +131,7 @@ class Line:
     """One recognised line."""
 
     kind: str
-    """iteration, validation, memory, timer, timers-header, argument."""
+    """iteration, validation, memory, timer, timers-header, argument, parallelism."""
     rank: int | None = None
     time: datetime | None = None
     step: int | None = None
@@ -191,6 +197,8 @@ def parse_line(raw: str) -> Line | None:
             rank = int(said.group(1))
         return Line("memory", rank, when, int(m.group(1)), values={k: v * scale for k, v in values.items()},
                     bad=bad)
+    if body.startswith(WORLD_LINE):
+        return Line("parallelism", rank, when, values={k: float(v) for k, v in args_from_world_line(body).items()})
     if body.startswith("(min, max) time across ranks"):
         return Line("timers-header", rank, when)
     if body.startswith("time (ms)") and "|" in body:
@@ -226,6 +234,12 @@ class MegatronLog:
     memory: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
     """(rank, step) -> memory report in bytes."""
     args: dict[str, Any] = field(default_factory=dict)
+    """The argument dump."""
+    stated: dict[str, Any] = field(default_factory=dict)
+    """Arguments the log states outside the dump: the ``using world size`` line's sizes, the global batch size of
+    iteration lines that all print the same (:meth:`arguments`)."""
+    batch_sizes: list[tuple[int, int]] = field(default_factory=list)
+    """(iteration, global batch size) where the iteration lines' global batch size first is each value it takes."""
     total_iters: int | None = None
     lines: int = 0
     iteration_lines: int = 0
@@ -238,10 +252,15 @@ class MegatronLog:
     after N minutes`` / ``at iteration N``), when the log has one."""
     issues: Issues = field(default_factory=lambda: Issues("log"))
 
+    def arguments(self) -> dict[str, Any]:
+        """Megatron's arguments as the log states them: the argument dump over what other lines state
+        (:attr:`stated`)."""
+        return {**self.stated, **self.args}
+
     def tables(self, args: Mapping[str, Any] | None = None) -> dict[str, pa.Table]:
-        """steps, evals and timing tables; ``args`` (launch flags merged with the dump) give the sequence
-        length and world size the derived columns need."""
-        a = {**self.args, **(args or {})}
+        """steps, evals and timing tables; ``args`` (launch flags merged with the log's :meth:`arguments`) give the
+        sequence length and world size the derived columns need."""
+        a = {**self.arguments(), **(args or {})}
         return {"steps": self._steps_table(a), "evals": self._evals_table(), "timing": self._timing_table()}
 
     def _steps_table(self, args: Mapping[str, Any]) -> pa.Table:
@@ -321,7 +340,7 @@ class MegatronLog:
         excerpt), or None. A run that reached ``train_iters``, stopped at its ``--exit-interval``, or printed
         Megatron's own end-of-run message (``after training is done``, ``exiting program ...``) did not; neither
         did one whose last logged iteration is within one ``--log-interval`` of the end."""
-        a = {**self.args, **(args or {})}
+        a = {**self.arguments(), **(args or {})}
         total = _positive_int(a.get("train_iters")) or self.total_iters
         last = self.last_step
         if not total or last is None or last >= total or self.end_line is not None:
@@ -402,7 +421,7 @@ def parse_lines(lines: Iterable[tuple[int, str, bool]], source: str = "log") -> 
             log.end_line = (lineno, raw.strip()[:120])
             continue
         if "iteration" not in raw and "..." not in raw and "validation" not in raw and "time (ms)" not in raw \
-                and "(min, max)" not in raw:
+                and "(min, max)" not in raw and WORLD_LINE not in raw:
             continue  # the common foreign line, rejected cheaply
         try:
             line = parse_line(raw)
@@ -423,6 +442,9 @@ def parse_lines(lines: Iterable[tuple[int, str, bool]], source: str = "log") -> 
             log.iteration_lines += 1
             log.total_iters = line.total
             log.steps.append((rank, line.step, _unix(line.time), line.values))
+            batch = _positive_int(line.values.get(GLOBAL_BATCH))
+            if batch is not None and (not log.batch_sizes or log.batch_sizes[-1][1] != batch):
+                log.batch_sizes.append((line.step, batch))
             counts[(rank, line.step)] = counts.get((rank, line.step), 0) + 1
             last_step = line.step if last_step is None else max(last_step, line.step)
         elif line.kind == "validation":
@@ -447,11 +469,22 @@ def parse_lines(lines: Iterable[tuple[int, str, bool]], source: str = "log") -> 
         elif line.kind == "argument":
             assert line.name is not None
             log.args[line.name] = line.value
+        elif line.kind == "parallelism":
+            log.stated.update({k: int(v) for k, v in line.values.items()})
     log.lines = lineno
     log.truncated_last = not ended
     if not ended and lineno:
         issues.note(f"line {lineno} has no line end: the log may have been cut off (a killed job); "
                     "its fields were kept as far as they parse")
+    sizes = {batch for _, batch in log.batch_sizes}
+    if len(sizes) == 1:
+        log.stated["global_batch_size"] = log.batch_sizes[0][1]
+    elif sizes:
+        shown = ", ".join(f"{batch} from iteration {step}" for step, batch in log.batch_sizes[:6])
+        more = f" and {len(log.batch_sizes) - 6} more changes" if len(log.batch_sizes) > 6 else ""
+        issues.note(f"the global batch size changes during the run ({shown}{more}): a batch-size ramp-up "
+                    "(--rampup-batch-size)? The workload's global batch is the arguments' (none when they do not say), "
+                    "each step's is in the steps table")
     repeated = sorted(k for k, n in counts.items() if n > 1)
     if repeated:
         shown = ", ".join(str(s) for _, s in repeated[:10])

@@ -43,6 +43,28 @@ from schemas import (
 ARG_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+\.{3,}\s?(.*?)\s*$")
 """One line of Megatron's argument dump: ``  num_layers ...................... 24``."""
 
+WORLD_LINE = "using world size:"
+"""How the line Megatron prints once the parallel sizes are settled begins (``validate_args`` in
+``megatron/training/arguments.py``, rank 0)."""
+_WORLD_SIZES = re.compile(r"(?<!encoder-)(world|data-parallel|context-parallel|tensor-model-parallel|"
+                          r"pipeline-model-parallel)[ -]size:\s*(\d+)")
+_WORLD_DESTS = {"world": "world_size", "data-parallel": "data_parallel_size",
+                "context-parallel": "context_parallel_size", "tensor-model-parallel": "tensor_model_parallel_size",
+                "pipeline-model-parallel": "pipeline_model_parallel_size"}
+
+
+def args_from_world_line(text: str) -> dict[str, int]:
+    """The parallel sizes of Megatron's ``using world size: 8, data-parallel size: 2, context-parallel size: 1,
+    hierarchical context-parallel sizes: None, tensor-model-parallel size: 2, pipeline-model-parallel size: 2`` line
+    as argparse destinations (``world_size``, ``data_parallel_size``, ``context_parallel_size``,
+    ``tensor_model_parallel_size``, ``pipeline_model_parallel_size``). Its versions differ in which sizes they print
+    and in the separators between them (older ones print ``data-parallel-size``, some run two together: ``sizes:
+    Nonetensor-model-parallel size: 1``); each size is found by its name. The encoder's sizes (``encoder-tensor-model-
+    parallel size``) and Megatron-DeepSpeed's ``deepspeed sequence-parallel size`` are not the model's and are left
+    out."""
+    return {_WORLD_DESTS[name]: int(value) for name, value in _WORLD_SIZES.findall(text)}
+
+
 ALIASES = {"fp8_format": "fp8"}
 """Flags whose argparse destination differs from their name."""
 
@@ -522,7 +544,8 @@ def merge_args(*sources: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "ARG_LINE", "DEEPSPEED_MOE_KEYS", "YamlError", "args_from_command", "args_from_dump_lines", "args_from_flags",
-    "args_from_mapping", "args_from_text", "deepspeed_moe", "is_megatron_command", "layer_pattern", "load_yaml",
-    "merge_args", "parse_value", "split_command", "workload_from_args",
+    "ARG_LINE", "DEEPSPEED_MOE_KEYS", "WORLD_LINE", "YamlError", "args_from_command", "args_from_dump_lines",
+    "args_from_flags", "args_from_mapping", "args_from_text", "args_from_world_line", "deepspeed_moe",
+    "is_megatron_command", "layer_pattern", "load_yaml", "merge_args", "parse_value", "split_command",
+    "workload_from_args",
 ]

@@ -65,7 +65,8 @@ def register(cli: click.Group) -> None:
     @click.argument("log", type=_FILE)
     @click.option("--format", "fmt", default="auto", show_default=True,
                   type=click.Choice(["auto", "hf-trainer", "nanogpt", "torchtitan", "deepspeed", "open-instruct",
-                                     "key-value", "megatron", "trainer-state", "lightning-csv", "tensorboard"]),
+                                     "nanotron", "json-lines", "key-value", "megatron", "trainer-state",
+                                     "lightning-csv", "tensorboard"]),
                   help="The log's format (auto: by the file's name, else the format that gives the most steps).")
     @click.option("--parse", metavar="REGEX", help="Step lines of your own: named groups, (?P<step>...) required.")
     @click.option("--name", help="Receipt name (default: the file's stem).")
@@ -75,7 +76,8 @@ def register(cli: click.Group) -> None:
     def log_cmd(ctx: click.Context, log: Path, fmt: str, parse: str | None, name: str | None, tags: tuple[str, ...],
                 ledger_path: Path | None) -> None:
         """Import any training log `ledger record` understands (printed steps of Hugging Face Trainer,
-        nanoGPT, torchtitan, DeepSpeed, open-instruct, key=value lines, Megatron-LM; trainer_state.json,
+        nanoGPT, torchtitan, DeepSpeed, open-instruct, nanotron, JSON lines, key=value lines, Megatron-LM;
+        trainer_state.json,
         Lightning metrics.csv, a TensorBoard event file); prints the new receipt id.
 
         Example:

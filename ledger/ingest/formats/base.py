@@ -1,5 +1,5 @@
 """What every log-line format shares: the parsed row, the mapping of printed names to step columns, and
-number parsing as printed (``10,050``, ``66.91GiB``, ``nan``).
+number parsing as printed (``10,050``, ``66.91GiB``, ``43.2K``, ``nan``).
 
 A format is a function from one line (its launcher rank prefix already stripped) to a :class:`Parsed` or
 ``None``. ``None`` means "not a line of mine": a format never turns a line without a step number into a
@@ -13,12 +13,21 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 STEP_COLUMNS = frozenset({
     "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "flops_per_s", "aux_loss", "z_loss", "loss_scale",
-    "memory_bytes", "tokens",
+    "memory_bytes", "tokens", "tflops_per_device",
 })
-"""Columns of the steps table a printed metric may fill (the rest go to ``extra``)."""
+"""Columns of the steps table a printed metric may fill (the rest go to ``extra``). ``tflops_per_device`` is the
+model TFLOP/s of one device as the framework printed it (its own FLOPs formula: torchtitan's ``tflops``, nanotron's
+``model_tflops_per_gpu``)."""
+
+SAMPLES_PER_S = "samples_per_s"
+"""Standard ``extra`` name of a printed samples rate (``640.0 samples/sec``, ``samples_per_second``)."""
+STEPS_PER_S = "steps_per_s"
+"""Standard ``extra`` name of a printed rate of optimizer steps (``2.5it/s``, ``iter/s``, ms-swift's
+``train_speed(iter/s)``)."""
 
 ALIASES: Mapping[str, str] = {
     "loss": "loss", "train_loss": "loss", "train/loss": "loss", "training_loss": "loss", "lm_loss": "loss",
@@ -26,10 +35,38 @@ ALIASES: Mapping[str, str] = {
     "grad_norm": "grad_norm", "gradnorm": "grad_norm", "grad-norm": "grad_norm", "train/grad_norm": "grad_norm",
     "gnorm": "grad_norm",
     "aux_loss": "aux_loss", "load_balancing_loss": "aux_loss", "z_loss": "z_loss", "loss_scale": "loss_scale",
-    "tokens": "tokens", "tokens_per_s": "tokens_per_s", "tokens_per_sec": "tokens_per_s", "tok/s": "tokens_per_s",
-    "tps": "tokens_per_s", "step_time_s": "step_time_s",
+    "tokens": "tokens", "consumed_tokens": "tokens", "num_input_tokens_seen": "tokens",
+    "tokens_per_s": "tokens_per_s", "tokens_per_sec": "tokens_per_s", "tokens_per_second": "tokens_per_s",
+    "tok/s": "tokens_per_s", "tokens/s": "tokens_per_s", "tokens/sec": "tokens_per_s", "tps": "tokens_per_s",
+    "step_time_s": "step_time_s",
+    "samples_per_s": SAMPLES_PER_S, "samples_per_sec": SAMPLES_PER_S, "samples_per_second": SAMPLES_PER_S,
+    "samples/s": SAMPLES_PER_S, "samples/sec": SAMPLES_PER_S, "sample/s": SAMPLES_PER_S,
+    "steps_per_s": STEPS_PER_S, "steps_per_sec": STEPS_PER_S, "steps_per_second": STEPS_PER_S, "steps/s": STEPS_PER_S,
+    "it/s": STEPS_PER_S, "iter/s": STEPS_PER_S, "iters/s": STEPS_PER_S, "train_speed(iter/s)": STEPS_PER_S,
 }
-"""Printed metric names (lower case) that mean one of the step columns."""
+"""Printed metric names (lower case) that mean one of the step columns, or one of the standard ``extra`` names of a
+rate (:data:`SAMPLES_PER_S`, :data:`STEPS_PER_S`). ``tokens``: tokens seen so far by all ranks (nanotron's
+``consumed_tokens``, the Hugging Face Trainer's ``num_input_tokens_seen``, gathered over the processes)."""
+
+UNITS: Mapping[str, tuple[str, float]] = {"memory(gib)": ("memory_bytes", float(2**30))}
+"""Printed names (lower case) that say their unit: (column, scale to the column's unit). ms-swift's ``memory(GiB)``
+is its own figure of the peak reserved device memory."""
+
+RATE_UNITS: Mapping[str, str] = {
+    "sample": SAMPLES_PER_S, "samples": SAMPLES_PER_S,
+    "token": "tokens_per_s", "tokens": "tokens_per_s", "tok": "tokens_per_s",
+    "it": STEPS_PER_S, "iter": STEPS_PER_S, "iters": STEPS_PER_S, "step": STEPS_PER_S, "steps": STEPS_PER_S,
+}
+"""What a rate printed after its number means, by the unit before ``/s`` (``640.0 samples/sec``, ``12,345 tokens/s``,
+tqdm's ``1.96it/s``)."""
+
+LABELS = frozenset({
+    "rank", "local_rank", "global_rank", "node_rank", "world_rank", "dp", "pp", "tp", "ep", "cp", "etp", "dp_rank",
+    "pp_rank", "tp_rank", "ep_rank", "cp_rank",
+})
+"""Printed names (lower case) of a process's place in the job: ``[Rank 0]``, ``rank=3``, nanotron's
+``DP=0|PP=0|TP=0``. Labels that tell the printers of one step apart, never metrics (the capture takes the rank from
+the launcher's prefix: :data:`RANK`)."""
 
 INT_COLUMNS = frozenset({"tokens", "memory_bytes"})
 
@@ -78,30 +115,54 @@ def labelled(parsed: Parsed, rank: int | None) -> Parsed:
 
 
 _NUM = re.compile(r"^[-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+SUFFIXES: Mapping[str, float] = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+"""Decimal multipliers a number may carry, glued (``43.2K``, ``85.8G``: nanotron's ``human_format``, powers of
+1000)."""
 _UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
 _SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\b", re.I)
 
 
+def scaled(value: Any, scale: float) -> Any:
+    """A value (a float or an array) read in a printed unit, in its column's: ``* scale``, or for a scale below 1
+    (milliseconds to seconds) ``/ (1 / scale)``: ``893.5 / 1000`` is 0.8935, ``893.5 * 1e-3`` one unit in the last
+    place above it. The parsers and the templates (:mod:`.template`, :mod:`.columns`) scale through it alike."""
+    if scale == 1.0:
+        return value
+    return value / (1.0 / scale) if scale < 1.0 else value * scale
+
+
 def number(text: str) -> float | None:
-    """A number as printed: ``3.2``, ``1e-3``, ``10,050``, ``nan``, ``inf``, ``-inf``; None otherwise."""
+    """A number as printed: ``3.2``, ``1e-3``, ``10,050``, ``nan``, ``inf``, ``-inf``, ``43.2K`` (a decimal multiplier
+    of :data:`SUFFIXES` glued to it); None otherwise."""
     if text[:1].isdigit() and text[-1:].isdigit():  # the common case, fast
         try:
             return float(text)
         except ValueError:
             pass
+    got = mantissa(text)
+    return None if got is None else scaled(got[0], got[1])
+
+
+def mantissa(text: str) -> tuple[float, float] | None:
+    """A number as printed and the multiplier glued to it: ``43.2K`` -> (43.2, 1000.0), ``3.2`` -> (3.2, 1.0); None
+    for text that is no number. A format that scales a value again (nanotron's ``11.5K`` milliseconds) multiplies the
+    scales first and scales once (:func:`scaled`), as a template does."""
     t = text.strip().rstrip(",;")
     low = t.lower()
     if low in ("nan", "+nan", "-nan"):
-        return math.nan
+        return math.nan, 1.0
     if low in ("inf", "+inf", "infinity"):
-        return math.inf
+        return math.inf, 1.0
     if low in ("-inf", "-infinity"):
-        return -math.inf
+        return -math.inf, 1.0
+    scale = SUFFIXES.get(t[-1:], 1.0)
+    if scale != 1.0:
+        t = t[:-1]
     if not _NUM.match(t):
         return None
     try:
-        return float(t.replace(",", "").replace("_", ""))
+        return float(t.replace(",", "").replace("_", "")), scale
     except ValueError:
         return None
 
@@ -115,9 +176,16 @@ def size_bytes(text: str) -> float | None:
 
 
 def put(metrics: dict[str, float], name: str, value: float) -> None:
-    """Store a printed metric under its step column when the name is known, else under its own name."""
-    metrics[ALIASES.get(name.lower(), name)] = value
+    """Store a printed metric under its step column when the name is known (:data:`ALIASES`, or in its column's unit
+    when the name says its own: :data:`UNITS`), else under its own name."""
+    low = name.lower()
+    unit = UNITS.get(low)
+    if unit is not None:
+        metrics[unit[0]] = scaled(value, unit[1])
+    else:
+        metrics[ALIASES.get(low, name)] = value
 
 
-__all__ = ["ALIASES", "BAD", "EPOCH", "RANK", "RESERVED", "TOTAL", "Format", "INT_COLUMNS", "Parsed", "STEP_COLUMNS",
-           "labelled", "number", "put", "size_bytes"]
+__all__ = ["ALIASES", "BAD", "EPOCH", "LABELS", "RANK", "RATE_UNITS", "RESERVED", "SAMPLES_PER_S", "STEPS_PER_S",
+           "SUFFIXES", "TOTAL", "UNITS", "Format", "INT_COLUMNS", "Parsed", "STEP_COLUMNS", "labelled", "mantissa",
+           "number", "put", "scaled", "size_bytes"]

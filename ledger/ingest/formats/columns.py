@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ledger import _native
+from ledger.ingest.formats.base import scaled
 
 NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 """A number as the templates capture it (the language of :data:`.template._NUM`, written so that RE2 reads
@@ -55,15 +56,6 @@ class Shape:
     pieces: tuple[bytes, ...] = ()
     """The template's literal pieces as UTF-8 (one more than its numbers), for the compiled reader
     (:func:`_native_read`)."""
-
-
-def scaled(value: Any, scale: float) -> Any:
-    """A value (a float or an array) read in a printed unit, in its column's: ``* scale``, or for a scale below 1
-    (milliseconds to seconds) ``/ (1 / scale)``, as the formats' parsers compute it: ``893.5 / 1000`` is 0.8935,
-    ``893.5 * 1e-3`` one unit in the last place above it."""
-    if scale == 1.0:
-        return value
-    return value / (1.0 / scale) if scale < 1.0 else value * scale
 
 
 def _literal(text: str) -> str:

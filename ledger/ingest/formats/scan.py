@@ -62,6 +62,9 @@ _WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter"
 _HINT_PATTERN = "|".join(re.escape(w.decode()) for w in _WORDS)
 """The hint words as one pattern (RE2 syntax)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
+_COUNTER = re.compile(r"(\d+)/(\d+) \[")
+"""A tqdm bar's counter (its default ``{n_fmt}/{total_fmt} [{elapsed}<{remaining}...``), looked for only in the
+segments of a line that holds a ``\r``: a bar's redraws."""
 _ESCAPES = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 r"""ECMA-48 escape sequences, which a terminal acts on rather than shows: control sequences (``ESC [`` parameters,
 final byte: colours, cursor moves), operating-system commands (``ESC ]`` up to ``BEL`` or ``ESC \``: titles,
@@ -474,6 +477,8 @@ class LineCapture:
         """The latest line read one by one that printed a step number: its format, step and line number."""
         self._block_real: list[tuple[str, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
         """The step lines of the block being read that were read as columns: format, line numbers, steps."""
+        self._counter: tuple[int, int, float] | None = None
+        """The progress bar's counter last printed: (line number, count, total)."""
         self.templates = Templates(self.formats, enabled=fast)
         self._spread = True
         """Whether most lines of the last block read as columns had no template's shape."""
@@ -683,16 +688,27 @@ class LineCapture:
                 return
             start = cut + 1
         raw = data[start:end]
-        for segment in raw.split(b"\r") if b"\r" in raw else (raw,):
+        if b"\r" not in raw:
+            self.offer(raw.decode("utf-8", "replace"), lineno)
+            return
+        for segment in raw.split(b"\r"):
             if segment:
-                self.offer(segment.decode("utf-8", "replace"), lineno)
+                text = segment.decode("utf-8", "replace")
+                counter = _COUNTER.search(text) if " [" in text else None
+                if counter is not None:
+                    self._counter = (lineno, int(counter.group(1)), float(counter.group(2)))
+                self.offer(text, lineno)
 
     def offer(self, line: str, lineno: int) -> None:
         """One line (without its line end) to the formats; the first that recognises it keeps it. A launcher's rank
-        prefix is a label of the line (:data:`.base.RANK`), never part of what the formats read."""
+        prefix is a label of the line (:data:`.base.RANK`), never part of what the formats read. A line of a format
+        that prints no step number (``ordinal``: the Hugging Face Trainer's dicts) printed after a progress bar's
+        counter (tqdm's ``20/1352 [``) on the same physical line, or on the one before, takes the counter as its step
+        and the counter's total as ``@total`` (:meth:`_counted`)."""
         fast = self.templates.read(line)
         if fast is not None:
-            self._add(fast[0], fast[1], lineno)
+            read = fast[1]
+            self._add(fast[0], self._counted(read, lineno) if read.ordinal else read, lineno)
             return
         rank, text = strip_rank(line)
         if "iteration" in text and _MEGATRON.search(text):
@@ -702,18 +718,22 @@ class LineCapture:
             parsed = self.formats[last](text)
             if parsed is not None and parsed is not BAD:
                 parsed = labelled(parsed, rank)
-                self._add(last, parsed, lineno)
-                self.templates.learn(last, line, parsed)
+                counted = self._counted(parsed, lineno) if parsed.ordinal else parsed
+                self._add(last, counted, lineno)
+                if counted is parsed:  # a step from another segment's counter: the line's shape has no step
+                    self.templates.learn(last, line, parsed)
                 return
         for name, parse in self.formats.items():
             parsed = parse(text)
             if parsed is not None:
                 parsed = labelled(parsed, rank)
-                self._add(name, parsed, lineno)
+                counted = self._counted(parsed, lineno) if parsed.ordinal else parsed
+                self._add(name, counted, lineno)
                 if parsed is not BAD:
                     if name != GENERIC:
                         self._last = name
-                    self.templates.learn(name, line, parsed)
+                    if counted is parsed:
+                        self.templates.learn(name, line, parsed)
                 return
 
     def _add(self, name: str, parsed: Parsed, lineno: int) -> None:
@@ -748,6 +768,16 @@ class LineCapture:
             if i >= 0 and (best is None or int(lines[i]) > best[2]):
                 best = (fmt, int(steps[i]), int(lines[i]))
         return best
+
+    def _counted(self, parsed: Parsed, lineno: int) -> Parsed:
+        """``parsed`` (a line without a step number) with the step of the progress bar's counter printed last on its
+        physical line or the one before (:data:`_COUNTER`), when there is one: the Trainer writes its dict between
+        two redraws of its bar (``tqdm.write``), and LlamaFactory's callback prints its dict on the bar's line, the
+        Trainer's own on the next."""
+        counter = self._counter
+        if counter is None or counter[0] < lineno - 1 or parsed.step is not None or not parsed.metrics:
+            return parsed
+        return Parsed(step=counter[1], metrics={**parsed.metrics, TOTAL: counter[2]}, evals=parsed.evals)
 
     def close(self) -> None:
         """End of output: a last line without a line end is read too (and the trail written a last time)."""

@@ -3,8 +3,9 @@ expression (its numbers captured, the rest literal), so the lines of the same sh
 by one ``fullmatch`` and a few ``float`` calls instead of the format's parser.
 
 A template is built only when every value the format took from the line is one of the line's numbers
-(as printed, or scaled by a unit the formats use: ms to s, GiB/GB to bytes) and the step too (or the format
-numbers its lines); otherwise that shape keeps the format's parser. A template is checked against the
+(as printed, or scaled by a unit the formats use: ms to s, GiB/GB to bytes; a number with a decimal multiplier
+glued to it, ``43.2K``, by that multiplier, or that multiplier over 1000 for milliseconds) and the step too (or the
+format numbers its lines); otherwise that shape keeps the format's parser. A template is checked against the
 format's parser on its first :data:`CHECK_FIRST` lines, on every :data:`CHECK_EVERY`-th line up to its
 :data:`CHECK_DENSE`-th and on every :data:`CHECK_SPARSE`-th after (:func:`checked`): one disagreement drops it
 for good (that line keeps the parser's reading).
@@ -16,8 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ledger.ingest.formats.base import RANK, Format, Parsed, labelled
-from ledger.ingest.formats.columns import NUM, Shape, prepare, scaled
+from ledger.ingest.formats.base import RANK, SUFFIXES, Format, Parsed, labelled, scaled
+from ledger.ingest.formats.columns import NUM, Shape, prepare
 
 CHECK_FIRST = 8
 CHECK_EVERY = 64
@@ -43,6 +44,17 @@ digit (the match is atomic: no shorter reading of ``893.76ms`` or ``1.2.3``); a 
 2.5.``). Commas only between digits (``1,234``): the comma after ``Step: 10,`` is the text's, where the columns'
 runs of number characters cut the line too."""
 _SCALES = (1.0, 1e-3, float(2**30), 1e9)
+"""Scales a number of a line may be read at (as printed, ms to s, GiB and GB to bytes)."""
+
+
+def _scales(line: str, end: int) -> tuple[float, ...]:
+    """The scales of the number ending at ``end`` in ``line``: :data:`_SCALES`, or, when a multiplier of
+    :data:`.base.SUFFIXES` is glued to it and ends the word (``43.2K |``, not ``1.41GiB``), that multiplier as the
+    parsers apply it (:func:`.base.number`: ``x * 1000``; a millisecond field: ``x * (1000 * 1e-3)``)."""
+    scale = SUFFIXES.get(line[end:end + 1])
+    if scale is None or line[end + 1:end + 2].isalnum():
+        return _SCALES
+    return scale, scale * 1e-3
 
 
 @dataclass
@@ -211,10 +223,11 @@ def build(name: str, line: str, parsed: Parsed) -> Template | None:
             constants = ((RANK, rank),)
         else:
             return None
+    scales = [_scales(line, t.end()) for t in tokens]
     for key, value in parsed.metrics.items():
         if key == RANK:
             continue
-        found = [(i, s) for s in _SCALES for i, v in enumerate(values) if i not in used and _same(scaled(v, s), value)]
+        found = [(i, s) for i, v in enumerate(values) if i not in used for s in scales[i] if _same(scaled(v, s), value)]
         if len({i for i, _ in found}) != 1:
             return None
         used.add(found[0][0])

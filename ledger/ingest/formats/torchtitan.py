@@ -4,9 +4,13 @@
         memory:  1.41GiB(1.79%)  tps: 193,831  tflops: 18.36  mfu: 1.86%                  (one line)
 
 ``loss`` and ``grad_norm`` fill their columns and ``memory`` (the peak active memory of the device) becomes
-``memory_bytes``. ``tps``, ``tflops`` and ``mfu`` are per device in torchtitan, while the steps table's
-throughput columns are for all ranks, so they go to ``extra`` as printed: ``tps`` (tokens/s per device),
-``tflops`` (per device) and ``mfu_pct``.
+``memory_bytes``. What the other figures are, from ``MetricsProcessor.log`` (``torchtitan/components/metrics.py``):
+``tps`` is tokens per second *per device* (the rank's tokens since the last log over the time since, divided by the
+non-data-parallel degree), ``tflops`` is ``num_flops_per_token * tps / 1e12``, the model TFLOP/s of one device
+(torchtitan's own FLOPs formula), and ``mfu`` that over the device's peak, in percent. So ``tflops`` fills the
+``tflops_per_device`` column (what Megatron's ``throughput per GPU (TFLOP/s/GPU)`` fills), while ``tps`` stays in
+``extra`` as printed (the ``tokens_per_s`` column is all ranks' tokens/s, which the line does not say), and ``mfu``
+goes to ``extra`` as ``mfu_pct``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ def parse_line(line: str) -> Parsed | None:
             size = size_bytes(raw)
             if size is not None:
                 metrics["memory_bytes"] = size
+        elif key == "tflops":
+            value = number(raw)
+            if value is not None:
+                metrics["tflops_per_device"] = value
         elif key == "mfu":
             value = number(raw.rstrip("%"))
             if value is not None:

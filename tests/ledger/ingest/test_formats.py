@@ -55,7 +55,7 @@ def test_torchtitan_steps_once_per_step_and_no_step_from_other_lines() -> None:
     assert best is not None and best.name == "torchtitan"
     assert sorted(best.steps) == [4, 5, 22, 23, 24, 200]  # "Dumping profiler traces at step 200" adds none
     assert best.steps[4] == {"loss": 7.62585, "grad_norm": 26.625, "memory_bytes": 66.91 * 2**30, "tps": 10050,
-                             "tflops": 314.71, "mfu_pct": 13.99}  # the first of two ranks' lines
+                             "tflops_per_device": 314.71, "mfu_pct": 13.99}  # the first of two ranks' lines
     assert best.steps[200]["loss"] == 6.1384 and best.steps[200]["tps"] == 5856
     assert capture.others() == [] and not best.unparsed
 
@@ -253,10 +253,12 @@ def test_generic_key_value_lines_without_phantoms() -> None:
     assert printed(best) == [2300, 2400, 2700, 10, 1, 2]
     by_counter = dict(zip(printed(best), best.merged().steps.tolist(), strict=True))
     steps = best.steps
-    assert steps[2300] == {"loss": 0.3651, "imps": 26.6, "lr": 0.0343}  # no "Sep 17" from the date
+    assert steps[2300] == {"loss": 0.3651, "imps": 26.6, "lr": 0.0343}  # no "Sep 17" from the date, no @total
     assert steps[by_counter[10]]["loss"] == 1.871535 and steps[by_counter[10]]["lr"] == 0.000006
-    assert "eta" not in steps[by_counter[10]] and steps[by_counter[10]]["ips"] == 9.71838
+    # `ips: 9.71838 samples/s`
+    assert "eta" not in steps[by_counter[10]] and steps[by_counter[10]]["samples_per_s"] == 9.71838
     assert steps[by_counter[1]] == {"loss": 10.2313}
+    assert best.merged().steps.tolist()[3] == 3305 + 10  # an epoch is as long as the total printed: 3305
     capture = LineCapture()
     capture.feed(b"step 100 loss 2.1 val_loss 2.3 eval/acc 0.5\nstep 200 val_loss 2.2\n")
     capture.close()
@@ -560,7 +562,7 @@ def test_lines_read_as_words_give_what_the_parsers_give(monkeypatch: pytest.Monk
     loss = a.column("loss").to_pylist()
     assert math.isnan(loss[997 - 1]) and loss[0] == round(4.0 / (1 + 1 / 500), 5)
     assert loss[15_000] == round(4.0 / (1 + 15_001 / 500), 5)  # the line with a run of spaces
-    assert dict(a.column("extra").to_pylist()[-1])["tokens/s"] == 51234 + 30_000 * 37 % 4096
+    assert a.column("tokens_per_s").to_pylist()[-1] == 51234 + 30_000 * 37 % 4096  # `tokens/s`: the rate's column
 
 
 def test_no_phantom_step_from_a_negative_number_where_the_step_is() -> None:

@@ -49,7 +49,8 @@ def test_open_instruct_log_is_refused_by_megatron_and_read_by_ingest_log(tmp_pat
 
 
 LINE_FILES = {"hf-trainer": "hf_trainer.log", "nanogpt": "nanogpt.log", "torchtitan": "torchtitan.log",
-              "deepspeed": "deepspeed.log", "open-instruct": "openinstruct.log", "key-value": "keyvalue.log"}
+              "deepspeed": "deepspeed.log", "open-instruct": "openinstruct.log", "nanotron": "nanotron.log",
+              "json-lines": "jsonl.log", "key-value": "keyvalue.log"}
 
 
 def _tfevents(folder: Path) -> Path:
