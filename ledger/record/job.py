@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from ledger.errors import LedgerError
 from ledger.record.jobkey import Job
+from ledger.record.outcome import EXIT_FILE, outcome_of, process_alive, say
 from ledger.store.jobs import has_ended, mark_ended, node_dir, node_dirs
 from ledger.store.layout import (
     ARGUMENTS_FILE,
@@ -58,7 +59,6 @@ from schemas.tables import TABLES
 
 Redact = Callable[[str], str]
 POLL_S = 0.5
-EXIT_FILE = "exit.json"  # the wrapper's (ledger.record.wrapper.EXIT_FILE; not imported: no cycle)
 
 
 # ------------------------------------------------------------------------------------------ node state
@@ -117,8 +117,6 @@ def wait_for_nodes(job: Path, nnodes: int, timeout_s: float, *, wait: bool = Tru
 
 
 def _node_outcome(node: Path) -> Outcome | None:
-    from ledger.record.wrapper import outcome_of
-
     done, _ = read_json(node / EXIT_FILE)
     if done is None or not isinstance(done.get("returncode"), int):
         return None
@@ -362,7 +360,6 @@ def finish(ledger: Ledger, job: Job, node: Path, redact: Redact, err: IO[bytes])
     node 0 then waits for the others, assembles and publishes (returns the receipt); other nodes return
     None. Raises what :func:`publish` raises (the wrapper then points at `ledger recover`)."""
     from ledger.record.nodes import merge_runtime_nodes
-    from ledger.record.wrapper import say
 
     try:
         mark_ended(node)
@@ -394,7 +391,6 @@ def recover_job(ledger: Ledger, job: Path) -> tuple[str, str | None, str]:
     """Publish a job whose node-0 wrapper died, once no node's wrapper or launch still runs:
     (action, receipt id, detail) with action published, running or skipped."""
     from ledger.record.nodes import merge_runtime_nodes
-    from ledger.record.wrapper import process_alive
 
     try:
         fd = acquire_staging_lock(job)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ledger.record.nodes import runtime_merge
+from ledger.record.outcome import EXIT_FILE, outcome_of, process_alive
 from ledger.record.probe import merge_probe_telemetry
-from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
 from ledger.store.jobs import is_job_dir
 from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
 from ledger.store.merge import read_json

@@ -34,10 +34,11 @@ from typing import IO, TYPE_CHECKING, Any
 from ledger import __version__
 from ledger.errors import BadInput, LedgerNotWritable
 from ledger.process import launch_environment
+from ledger.record.outcome import EXIT_FILE, outcome_of, proc_start, say
 from ledger.store.faults import fault
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
 from ledger.store.receipts import Ledger
-from ledger.store.staging import Outcome, acquire_staging_lock, add_problems, write_json_atomic, write_wrapper_facts
+from ledger.store.staging import acquire_staging_lock, add_problems, write_json_atomic, write_wrapper_facts
 
 if TYPE_CHECKING:
     from ledger.record.jobkey import JobOptions
@@ -51,9 +52,6 @@ QUIET_S = 0.02
 QUIET_LIMIT_S = 2.0
 """Once the launch started, the wrapper loads what it needs for the rest (the parser, the stack capture,
 publishing) when the launch's output pauses for QUIET_S, the launch ended, or QUIET_LIMIT_S passed."""
-EXIT_FILE = "exit.json"
-"""Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
-a run whose wrapper died afterwards its true status."""
 
 
 @dataclass
@@ -105,42 +103,6 @@ class RecordResult:
                 "kept_in": None if r else str(self.run_dir)}
 
 
-def outcome_of(returncode: int, forwarded: Sequence[int], ended: datetime | None) -> Outcome:
-    """Status, exit code and signal of a child that exited with ``returncode`` (negative: killed by a
-    signal) after the wrapper forwarded the signals ``forwarded`` to it."""
-    if returncode >= 0:
-        exit_code, signame = returncode, None
-    else:
-        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
-    if returncode == 0:
-        status = "succeeded"
-    elif forwarded and (-returncode in forwarded or returncode - 128 in forwarded or returncode in (130, 143)):
-        status = "interrupted"
-    else:
-        status = "failed"
-    return Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
-
-
-def _proc_start(pid: int) -> str | None:
-    """Start time of a process (clock ticks since boot), to tell a live pid from a reused one."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def process_alive(pid: int | None, start: str | None) -> bool:
-    """True when the process with this pid and start time still runs (on this host)."""
-    if not pid:
-        return False
-    current = _proc_start(pid)
-    if current is None:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z" and (start is None or current == start)
-
-
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     """Run the command under the ledger and publish its receipt.
 
@@ -173,7 +135,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     facts: dict[str, Any] = {
         "run_uuid": run_uuid,
         "pid": os.getpid(),
-        "pid_start": _proc_start(os.getpid()),
+        "pid_start": proc_start(os.getpid()),
         "host": socket.gethostname(),
         "started_at": datetime.now(UTC).isoformat(),
         "command": redactor.argv(list(opts.command)),
@@ -203,7 +165,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         streams.close()
         raise
     streams.launched()
-    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
+    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
     fault("launched")
 
     def forward(signum: int, _frame: object) -> None:
@@ -364,16 +326,6 @@ def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
         fallback.mkdir(parents=True, exist_ok=True)
         say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
         return fallback
-
-
-def say(stream: IO[bytes], text: str) -> None:
-    """A line of the wrapper's own (``ledger: ...``) on the launch's stderr; never raises: a closed or broken
-    stream must not fail a run that trained."""
-    try:
-        stream.write((text + "\n").encode())
-        stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:
