@@ -47,7 +47,7 @@ FINGERPRINTS = "fingerprints"
 
 
 def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnection, source: str, path: Path,
-                        columns: list[str]) -> tuple[object, ...]:
+                        columns: list[str], store: bool = True) -> tuple[object, ...]:
     """:func:`_fingerprint` of one table file whose bytes hash to ``sha256`` (verified by the caller), from
     the cache when it holds it; computed and stored otherwise. A cache that cannot be read or written
     (read-only ledger, a torn file) is recomputed, never trusted or fatal."""
@@ -61,6 +61,8 @@ def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnect
     except (OSError, ValueError):
         pass
     fingerprint = _fingerprint(con, source, [str(path)], columns)
+    if not store:  # a reader that writes nothing (the web view)
+        return fingerprint
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".{key}.{uuid.uuid4().hex}")
@@ -71,10 +73,12 @@ def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnect
     return fingerprint
 
 
-def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
+def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, *,
+                     store: bool = True) -> list[Finding]:
     """Where the index disagrees with one intact receipt's files (its summary row, each metric table). The
     files must have been verified against their digests (:func:`ledger.store.integrity.verify_receipt`): the
-    file side of each table is taken from the cache by the digest the receipt records."""
+    file side of each table is taken from the cache by the digest the receipt records (and, unless ``store`` is
+    False, stored there when it was not)."""
     from ledger.store.integrity import Finding
     from ledger.store.routing import parquet_source
     from schemas.tables import TABLES
@@ -110,7 +114,7 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             else:
                 path = ledger.path(receipt_id) / artifact.path
                 source = parquet_source(path) if name == "routing" else "read_parquet(?)"
-                truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns)
+                truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns, store)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
                                         f"{truth[0]} in {name}.parquet"
@@ -230,13 +234,14 @@ def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterab
     return out
 
 
-def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
+def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str], *, store: bool = True) -> None:
     """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
-    :class:`DamagedReceipt` naming what disagrees."""
+    :class:`DamagedReceipt` naming what disagrees. ``store=False``: the file fingerprints computed are not kept
+    in the cache (a reader that writes nothing, ``ledger serve``)."""
     from ledger.store.integrity import verify_receipt
 
     for receipt_id in dict.fromkeys(ids):
-        findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id)
+        findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id, store=store)
         if findings:
             f = findings[0]
             raise DamagedReceipt(f"receipt {receipt_id[:12]}: {f.path}: {f.problem}"
