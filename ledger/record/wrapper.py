@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,7 +37,13 @@ from ledger.record.outcome import EXIT_FILE, outcome_of, proc_start, say
 from ledger.store.faults import fault
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
 from ledger.store.receipts import Ledger
-from ledger.store.staging import acquire_staging_lock, add_problems, write_json_atomic, write_wrapper_facts
+from ledger.store.staging import (
+    acquire_staging_lock,
+    add_problems,
+    private_fallback,
+    write_json_atomic,
+    write_wrapper_facts,
+)
 
 if TYPE_CHECKING:
     from ledger.record.jobkey import JobOptions
@@ -316,14 +321,14 @@ def _load_publishing() -> None:
 
 
 def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
-    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a
-    directory under $TMPDIR, so that the training still runs and its data can be published later."""
+    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a private
+    directory under $TMPDIR (:func:`ledger.store.staging.private_fallback`), so that the training still runs and
+    its data can be published later."""
     try:
         ledger.ensure_writable()
         return ledger.staging
     except LedgerNotWritable as exc:
-        fallback = Path(tempfile.gettempdir()) / "ledger-staging"
-        fallback.mkdir(parents=True, exist_ok=True)
+        fallback = private_fallback()  # this user's own, never a directory or link found under a shared name
         say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
         return fallback
 

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from ledger.errors import LinkRefused
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
@@ -529,6 +530,7 @@ def publish_many(
         from ledger.redact import Redactor
 
         redact = Redactor(os.environ).text
+    journal.check(ledger.root)  # a linked journal: refused before anything is published (the runs stay staged)
     with ExitStack() as locks:
         locks.enter_context(journal.publishing(ledger.root))  # readers: a publish is under way
         if not locked:
@@ -556,6 +558,9 @@ def publish_many(
                 receipt_id = _sealed(receipts[k]).id
                 target = ledger.new_path(receipt_id)
                 target.parent.mkdir(exist_ok=True)
+                if target.parent.is_symlink():  # never published through a link (to another directory)
+                    raise LinkRefused(f"{target.parent} is a symbolic link; ledger never writes through "
+                                              f"one: remove it, then run `ledger recover`")
                 try:
                     if (ledger.root / receipt_id).is_dir():  # identical content, published in the old layout
                         raise FileExistsError(receipt_id)
@@ -617,7 +622,7 @@ def _mark_all(marks: list[tuple[Path, str]]) -> None:
 
 def _mark(run_dir: Path, receipt_id: str) -> None:
     """Write the id into the staging directory's lock file (which the publisher holds locked) and flush it."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, receipt_id.encode())
         os.fsync(fd)

@@ -48,6 +48,9 @@ class Ledger:
 
     def ensure_writable(self) -> None:
         """Create the ledger directory if needed and prove that it can be written."""
+        if self.staging.is_symlink():
+            raise LedgerNotWritable(f"{self.staging} is a symbolic link; ledger never stages runs through one: "
+                                    "remove it (it is made again as a directory)")
         try:
             self.staging.mkdir(parents=True, exist_ok=True)
             probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"

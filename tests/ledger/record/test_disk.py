@@ -58,7 +58,9 @@ def test_read_only_ledger(mountpoint: Path, ledger_cli, workload, tmp_path: Path
     assert marker.exists() and proc.returncode == 75
     assert "is not writable" in proc.stderr and "staging this run in" in proc.stderr
     target = tmp_path / "elsewhere"
-    out = ledger_cli("recover", "--from", str(tmp_path / "ledger-staging"), "--ledger", str(target))
+    fallback = tmp_path / f"ledger-staging-{os.getuid()}"  # this user's private fallback (mode 0700)
+    assert f"staging this run in {fallback} instead" in proc.stderr
+    out = ledger_cli("recover", "--from", str(fallback), "--ledger", str(target))
     assert "published" in out.stdout
     (rid,) = ids_in(target)
     assert load_receipt(target, rid)["summary"]["steps"] == 4

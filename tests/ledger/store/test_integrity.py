@@ -273,7 +273,8 @@ def test_an_edited_receipts_row_is_found_and_the_index_is_said_unverified(ledger
             ("UPDATE receipts SET name = 'forged' WHERE id = ?", [b]))
     out = ledger_cli("verify")
     assert out.returncode == 1
-    assert f"{a[:12]} index.duckdb: its receipts row differs from receipt.json in final_loss, tokens_per_s" in out.stdout
+    edited = "its receipts row differs from receipt.json in final_loss, tokens_per_s"
+    assert f"{a[:12]} index.duckdb: {edited}" in out.stdout
     assert f"{b[:12]} index.duckdb: its receipts row differs from receipt.json in name" in out.stdout
     assert c[:12] not in out.stdout
     listed = ledger_cli("ls", "--json", check=True)
