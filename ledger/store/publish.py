@@ -139,15 +139,17 @@ def _reported_workload(
         return Workload()
 
 
-def _capture(run_dir: Path, problems: list[Problem]) -> Capture | None:
-    """Where `ledger record` took the tables and configuration from (hook of :mod:`ledger.ingest.launch`)."""
+def _capture(run_dir: Path, problems: list[Problem], redact: Redact) -> Capture | None:
+    """Where `ledger record` took the tables and configuration from (hook of :mod:`ledger.ingest.launch`), its
+    strings redacted: the metric names it lists and its sentence come from the launch (an SDK metric named by a
+    token was kept here while ``steps.parquet`` redacted it)."""
     data, problem = read_json(run_dir / CAPTURE_FILE)
     if problem:
         problems.append(problem)
     if not isinstance(data, dict):
         return None
     try:
-        return Capture.model_validate(data)
+        return Capture.model_validate(_redact_json(data, redact))
     except ValidationError as exc:
         problems.append(Problem(source=CAPTURE_FILE, message=f"invalid: {exc.errors()[0]['msg']}"))
         return None
@@ -361,7 +363,7 @@ def build(
     started = _parse_time(wrapper.get("started_at"))
     ended = outcome.ended_at or datetime.now(UTC)
     links = wrapper.get("links") or {}
-    captured = _capture(run_dir, problems)
+    captured = _capture(run_dir, problems, redact)
     receipt = Receipt(
         run_uuid=str(wrapper.get("run_uuid") or run_dir.name),
         name=wrapper.get("name"),
