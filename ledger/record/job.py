@@ -50,7 +50,7 @@ from ledger.store.layout import (
     WRAPPER_RANK_DIR,
     rank_dir,
 )
-from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.merge import odd_rank_dirs, rank_dirs, read_json, read_table
 from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
 from ledger.store.staging import PROBLEMS_FILE, Outcome, StagingBusy, acquire_staging_lock, write_json_atomic
@@ -197,6 +197,7 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
     # rank directories: linked (relative links: the shared filesystem may be mounted elsewhere)
     owner: dict[str, int] = {}
     for s in present:
+        notes += [(f"{s.dir.name}/{p.source}", p.message) for p in odd_rank_dirs(s.dir)]
         for rank, d in rank_dirs(s.dir):
             if rank < 0:
                 continue

@@ -266,7 +266,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
     os.close(lock_fd)  # the index is left to its next reader, which catches up from the journal
     say(err, f"ledger: {captured}")
-    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    mine = (status, exit_code)  # what was published is said: a job's outcome, and this node's where it differs
+    own = "" if (receipt.status, receipt.exit_code) == mine else f"; this node: {status}, exit {exit_code}"
+    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {receipt.status}, exit {receipt.exit_code}"
+             f"{own})")
     return RecordResult(receipt, exit_code, run_dir)
 
 

@@ -57,7 +57,7 @@ from ledger.store.layout import (
     WORKLOAD_FILE,
     WRAPPER_FILE,
 )
-from ledger.store.merge import empty, rank_dirs, read_json, read_table
+from ledger.store.merge import empty, odd_rank_dirs, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
@@ -327,6 +327,7 @@ def build(
     artifacts: list[Artifact] = []
     attempt = int(wrapper.get("attempt") or 1)
     dirs = list(rank_dirs(run_dir))  # listed once for every table and fact of the run
+    problems.extend(odd_rank_dirs(run_dir))
     present = _listed(dirs)  # the ranks' files: a table none of them wrote is empty, without a look for it
     for name in TABLES:
         if present is None or f"{name}{STREAM_SUFFIX}" in present or f"{name}{JSONL_SUFFIX}" in present:
@@ -354,10 +355,10 @@ def build(
     for _, directory in dirs:
         errors = directory / "sdk_errors.log"
         if errors.exists():
-            lines = errors.read_text(errors="replace").splitlines()
-            problems.append(
-                Problem(source=f"{directory.name}/sdk_errors.log", message=redact("; ".join(lines[:5])))
-            )
+            lines = [line for line in errors.read_text(errors="replace").splitlines() if line.strip()]
+            said = "; ".join(lines[:5]) or ("the SDK failed to write some rows and could not say why (its error "
+                                            "log is empty: the disk was full, or not writable)")
+            problems.append(Problem(source=f"{directory.name}/sdk_errors.log", message=redact(said)))
     problems.extend(p.model_copy(update={"message": redact(p.message)}) for p in _read_problems(run_dir))
     energy, method = _energy(tables["telemetry"])
     started = _parse_time(wrapper.get("started_at"))
