@@ -91,3 +91,19 @@ def test_the_staging_fallback_is_private_and_follows_no_planted_link(ledger_cli,
     again = ledger_cli("record", "--ledger", str(_unwritable(tmp_path)), "--", "true", env={"TMPDIR": str(tmpdir)})
     assert f"staging this run in {tmpdir / f'ledger-staging-{os.getuid()}'} instead" in again.stderr
     assert stat.S_IMODE(os.lstat(tmpdir / f"ledger-staging-{os.getuid()}").st_mode) == 0o700
+
+
+def test_a_linked_staging_directory_is_not_staged_into(ledger_cli, ledger_dir, workload, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ledger_dir.mkdir()
+    (ledger_dir / ".staging").symlink_to(elsewhere, target_is_directory=True)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = ledger_cli("record", "--", "python", str(workload(steps=2)), env={"TMPDIR": str(tmpdir)})
+    assert proc.returncode == 0, proc.stderr  # staged in the private fallback, published into the ledger
+    assert f"{ledger_dir / '.staging'} is a symbolic link; ledger never stages runs through one" in proc.stderr
+    assert f"staging this run in {tmpdir / f'ledger-staging-{os.getuid()}'} instead" in proc.stderr
+    assert list(elsewhere.iterdir()) == []
+    (rid,) = ids_in(ledger_dir)
+    assert load_receipt(ledger_dir, rid)["summary"]["steps"] == 2
