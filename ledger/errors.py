@@ -14,6 +14,7 @@
     │   ├── InvalidGroup, SameReceipt  bad `--group`, a receipt compared with itself (ledger.analyses.groups)
     │   └── LedgerNotWritable        the ledger directory cannot be written (choose another)
     ├── DamagedReceipt               a receipt file is missing or fails its digest
+    ├── LinkRefused                  a file or directory of the ledger's own is a symbolic link (never followed)
     ├── IndexBusy                    the DuckDB index stayed locked by another process
     └── MissingExtra                 an optional dependency is not installed; says which extra
 """
@@ -67,6 +68,10 @@ class LedgerNotWritable(BadInput):
 
 class DamagedReceipt(LedgerError):
     """A receipt file is missing or fails its digest."""
+
+
+class LinkRefused(LedgerError):
+    """A file or directory of the ledger's own is a symbolic link, which ledger never writes through."""
 
 
 class IndexBusy(LedgerError):

@@ -10,9 +10,12 @@ Rules, in order of strength:
    replaced wherever it appears, when the value has at least 6 characters. This catches credentials that
    no pattern knows.
 2. Known credential shapes: URL userinfo (``scheme://user:pass@host``), AWS access key ids, Hugging Face,
-   GitHub, OpenAI/Anthropic (``sk-``) and Slack tokens, W&B keys *in context* (bare 40-hex strings are git
-   commit shas and stay), ``Authorization:``/``Bearer`` headers, PEM private-key blocks.
-3. ``NAME=value``, ``NAME: value`` and ``--flag value`` where NAME or the flag looks secret.
+   GitHub, OpenAI/Anthropic (``sk-``) and Slack tokens, whole JWTs (gitleaks' rule: the signature too), W&B keys
+   *in context* (bare 40-hex strings are git commit shas and stay), ``Authorization:``/``Bearer`` headers, the
+   signatures of signed URLs (S3 presigned ``X-Amz-Signature``, GCS ``X-Goog-Signature``, CloudFront
+   ``Signature``, Azure SAS ``sig``), PEM private-key blocks.
+3. ``NAME=value``, ``NAME: value``, ``--flag value`` and Megatron's ``NAME ....... value`` where NAME or the flag
+   looks secret.
 
 What "looks secret" means for a name (a variable, a key, a flag): it is split into word parts (``_``,
 ``-``, ``.``, camelCase), and one part contains TOKEN (not TOKENS/TOKENIZER: counts and tokenizers), KEY,
@@ -193,7 +196,11 @@ _WHOLE: tuple[_Rule, ...] = (
     *((_Lazy(p), REDACTED, None) for p in (
         r"AKIA[0-9A-Z]{16}\b", r"ASIA[0-9A-Z]{16}\b", r"hf_[A-Za-z0-9]{30,}", r"gh[pousr]_[A-Za-z0-9]{30,}",
         r"github_pat_[A-Za-z0-9_]{22,}", r"sk-[A-Za-z0-9_-]{20,}", r"xox[abprs]-[A-Za-z0-9-]{10,}",
-        r"AIza[0-9A-Za-z_-]{35}")),
+        r"AIza[0-9A-Za-z_-]{35}",
+        # a whole JWT, signature included: gitleaks' `jwt` rule (header and payload base64url JSON, `eyJ...`,
+        # then the signature). detect-secrets' JwtTokenDetector ends lazily after the payload: its match left the
+        # signature in place wherever no "token" word was near.
+        r"eyJ[A-Za-z0-9_-]{10,}={0,2}\.eyJ?[A-Za-z0-9_-]{10,}={0,2}\.[A-Za-z0-9_-]{10,}={0,2}")),
 )
 
 _LINE: tuple[_Rule, ...] = (
@@ -213,6 +220,14 @@ _LINE: tuple[_Rule, ...] = (
     (_Lazy(r"(?P<name>\b[A-Za-z_][\w.-]*)[\"']?(?:\s*=\s*|\s*:\s+|:)[\"']?"
                 r"(?!(?i:bearer|basic|digest|token)\s|//)(?P<value>(?!-)[^\s\"',;&(){}\[\]]+)"),
      _name_value, _CONTEXT_WORDS),
+    # Megatron's argument dump: `  wandb_api_key ..................... <value>` (name, dots, value)
+    (_Lazy(r"(?P<name>\b[A-Za-z_][\w-]*)[ \t]+\.{2,}[ \t]+(?P<value>[^\s\"',;&(){}\[\]]+)"), _name_value,
+     _CONTEXT_WORDS),
+    # the signature of a signed URL, in its query string: S3 presigned (X-Amz-Signature, SigV4), GCS signed
+    # (X-Goog-Signature), CloudFront (Signature) and Azure SAS (sig; Microsoft's security-utilities rule
+    # SEC101/051 LooseSasSecret names the same parameter). The URL stays readable, its signature does not.
+    (_Lazy(r"(?i)((?:[?&;]|\b)(?:x-amz-signature|x-goog-signature|signature|sig)=)[^&\s\"'<>;#]+"), _keep(1),
+     ("signature=", "sig=")),
     # high-entropy quoted strings (detect-secrets' Base64HighEntropyString: charset and limit)
     (_Lazy(r"([\"'])([A-Za-z0-9+/=_-]{20,})\1"), lambda m: _entropic(m, 2), ('"', "'")),
 )

@@ -133,21 +133,31 @@ class _Table:
         arrays = [_array([row[i] for row in rows], f.type) for i, f in enumerate(self.schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
+    items_per_row = 1
+    """Items of :attr:`rows` that make one row."""
+
     def write(self, rows: list[Any]) -> None:
-        batch = self.to_batch(rows)
+        """Append the rows to the stream in batches of :data:`PIECE_ROWS`: on a disk that fills up meanwhile,
+        the batches written before are kept (20,000 rows written as one batch had all been lost)."""
         if self.writer is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.sink = pa.OSFile(str(self.path), "ab")
             options = pa.ipc.IpcWriteOptions(compression=self.compression) if self.compression else None
             self.writer = pa.ipc.new_stream(self.sink, self.schema, options=options)
-        self.writer.write_batch(batch)
-        self.sink.flush()
+        size = PIECE_ROWS * self.items_per_row
+        for start in range(0, len(rows), size):
+            self.writer.write_batch(self.to_batch(rows[start:start + size]))
+            self.sink.flush()
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.sink.close()
             self.writer = None
+
+
+PIECE_ROWS = 4096
+"""Rows per record batch of a stream (:meth:`_Table.write`)."""
 
 
 class _Steps(_Table):
@@ -163,6 +173,7 @@ class _Steps(_Table):
     strings)."""
 
     compression = "lz4" if pa.Codec.is_available("lz4") else None
+    items_per_row = 3
 
     def __init__(self, path: Path, rank: int) -> None:
         super().__init__("steps", path)

@@ -137,6 +137,58 @@ def test_no_import_points_up_the_house() -> None:
     assert violations(ROOT) == []
 
 
+MUTUAL_LEFT: set[tuple[str, str]] = set()
+"""Pairs of modules that still import each other: none (issue 34 took job and wrapper apart, issue 33 launch and
+worker)."""
+
+
+def mutual_imports(root: Path) -> set[tuple[str, str]]:
+    """Pairs of modules of ``ledger`` under ``root`` that import each other (lazy imports included: a lazy arrow
+    back is still a circle), each pair sorted. ``from ledger.store import index`` counts for the module
+    ``ledger.store.index``; a name that is no module counts for the module or package that defines it."""
+    paths = {module_name(p, root): p for p in sorted(root.glob("ledger/**/*.py"))}
+    edges: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+                wanted = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in wanted:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        edges[name] = targets
+    return {(min(a, b), max(a, b)) for a, targets in edges.items() for b in targets
+            if a in edges.get(b, set()) and not b.startswith(a + ".") and not a.startswith(b + ".")}
+
+
+@pytest.mark.slow  # parses every module of the tree
+def test_no_two_modules_import_each_other() -> None:
+    """Issue 34: ``ledger.record.job`` and ``ledger.record.wrapper`` imported each other (the job's outcome, the
+    wrapper's ``say``); both now take them from ``ledger.record.outcome``."""
+    assert mutual_imports(ROOT) - MUTUAL_LEFT == set()
+
+
+def test_a_planted_circle_is_found(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "ledger/__init__.py": "",
+        "ledger/record/__init__.py": "",
+        "ledger/record/job.py": "def f():\n    from ledger.record.wrapper import say\n",
+        "ledger/record/wrapper.py": "from ledger.record import job\n",
+        "ledger/record/recover.py": "from ledger.record.job import f\n",
+    })
+    assert mutual_imports(root) == {("ledger.record.job", "ledger.record.wrapper")}
+
+
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         path = tmp_path / rel

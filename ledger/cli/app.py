@@ -280,7 +280,8 @@ def reindex(ctx: click.Context, migrate: bool, ledger_path: Path | None) -> None
 
 @cli.command()
 @click.option("--from", "staging", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Publish runs staged in DIR (where a wrapper staged them when the ledger was not writable).")
+              help="Publish runs staged in DIR, a staging root (where a wrapper staged runs when the ledger was not "
+                   "writable; one run's own directory is refused with the root to give).")
 @ledger_option
 @click.pass_context
 def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) -> None:
@@ -291,7 +292,7 @@ def recover(ctx: click.Context, staging: Path | None, ledger_path: Path | None) 
     Example:
 
         ledger recover
-        ledger recover --from /tmp/ledger-staging --ledger /shared/receipts
+        ledger recover --from /tmp/ledger-staging-1000 --ledger /shared/receipts
     """
     from ledger.record.recover import recover as do_recover
     from ledger.store import index

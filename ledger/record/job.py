@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from ledger.errors import LedgerError
 from ledger.record.jobkey import Job
+from ledger.record.outcome import EXIT_FILE, outcome_of, process_alive, say
 from ledger.store.jobs import has_ended, mark_ended, node_dir, node_dirs
 from ledger.store.layout import (
     ARGUMENTS_FILE,
@@ -49,7 +50,7 @@ from ledger.store.layout import (
     WRAPPER_RANK_DIR,
     rank_dir,
 )
-from ledger.store.merge import rank_dirs, read_json, read_table
+from ledger.store.merge import odd_rank_dirs, rank_dirs, read_json, read_table
 from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
 from ledger.store.staging import PROBLEMS_FILE, Outcome, StagingBusy, acquire_staging_lock, write_json_atomic
@@ -58,7 +59,6 @@ from schemas.tables import TABLES
 
 Redact = Callable[[str], str]
 POLL_S = 0.5
-EXIT_FILE = "exit.json"  # the wrapper's (ledger.record.wrapper.EXIT_FILE; not imported: no cycle)
 
 
 # ------------------------------------------------------------------------------------------ node state
@@ -117,8 +117,6 @@ def wait_for_nodes(job: Path, nnodes: int, timeout_s: float, *, wait: bool = Tru
 
 
 def _node_outcome(node: Path) -> Outcome | None:
-    from ledger.record.wrapper import outcome_of
-
     done, _ = read_json(node / EXIT_FILE)
     if done is None or not isinstance(done.get("returncode"), int):
         return None
@@ -199,6 +197,7 @@ def assemble(job: Path, states: list[NodeState], redact: Redact) -> list[NodeSta
     # rank directories: linked (relative links: the shared filesystem may be mounted elsewhere)
     owner: dict[str, int] = {}
     for s in present:
+        notes += [(f"{s.dir.name}/{p.source}", p.message) for p in odd_rank_dirs(s.dir)]
         for rank, d in rank_dirs(s.dir):
             if rank < 0:
                 continue
@@ -362,7 +361,6 @@ def finish(ledger: Ledger, job: Job, node: Path, redact: Redact, err: IO[bytes])
     node 0 then waits for the others, assembles and publishes (returns the receipt); other nodes return
     None. Raises what :func:`publish` raises (the wrapper then points at `ledger recover`)."""
     from ledger.record.nodes import merge_runtime_nodes
-    from ledger.record.wrapper import say
 
     try:
         mark_ended(node)
@@ -394,7 +392,6 @@ def recover_job(ledger: Ledger, job: Path) -> tuple[str, str | None, str]:
     """Publish a job whose node-0 wrapper died, once no node's wrapper or launch still runs:
     (action, receipt id, detail) with action published, running or skipped."""
     from ledger.record.nodes import merge_runtime_nodes
-    from ledger.record.wrapper import process_alive
 
     try:
         fd = acquire_staging_lock(job)

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ledger.errors import BadInput
 from ledger.record.nodes import runtime_merge
+from ledger.record.outcome import EXIT_FILE, outcome_of, process_alive
 from ledger.record.probe import merge_probe_telemetry
-from ledger.record.wrapper import EXIT_FILE, outcome_of, process_alive
-from ledger.store.jobs import is_job_dir
-from ledger.store.layout import TMP_PREFIX, WRAPPER_FILE
+from ledger.store.jobs import is_job_dir, node_rank_of_dir
+from ledger.store.layout import LOCK_FILE, TMP_PREFIX, WRAPPER_FILE, rank_of_dir
 from ledger.store.merge import read_json
 from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
@@ -45,15 +46,41 @@ def _last_sign_of_life(run_dir: Path) -> datetime:
     return datetime.fromtimestamp(latest, UTC)
 
 
+def staging_root_of(path: Path) -> Path | None:
+    """The staging root that holds ``path`` when ``path`` is one run's staging directory or a part of one (a
+    job's, a node's, a rank's, the wrapper's rows); None when it is not (a staging root, or any other
+    directory)."""
+    path = path.absolute()
+    root = path
+    while _in_a_run(root) and root.parent != root:
+        root = root.parent
+    return None if root == path else root
+
+
+def _in_a_run(path: Path) -> bool:
+    if any((path / name).exists() for name in (WRAPPER_FILE, LOCK_FILE, EXIT_FILE)) or is_job_dir(path):
+        return True
+    if rank_of_dir(path.name) is not None or node_rank_of_dir(path.name) is not None:
+        return _in_a_run(path.parent)  # rank-00000/, wrapper/, node-00001/ of a run or job
+    return False
+
+
 def recover(ledger: Ledger, staging: Path | None = None) -> list[Recovered]:
-    """Publish every abandoned run of the ledger (or of another staging directory, e.g. the fallback a
-    wrapper used when the ledger was not writable); report what was done with each run."""
+    """Publish every abandoned run of the ledger (or of another staging root, e.g. the fallback a wrapper used
+    when the ledger was not writable); report what was done with each run. ``staging`` must be a staging root,
+    the directory that holds runs' staging directories: one run's own directory (the path a wrapper that could
+    not publish names) or a part of it is refused with the root to give instead (recovering its parts as runs
+    published bogus receipts and lost the run's steps)."""
     results: list[Recovered] = []
     root = staging or ledger.staging
     if staging is not None:
+        holder = staging_root_of(staging)
+        if holder is not None:
+            raise BadInput(f"{staging} is one run's staging directory (or a part of one), not a staging root: give "
+                           f"the directory that holds it, `ledger recover --from {holder}`")
         ledger.ensure_writable()
     if root.is_dir():
-        for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
             try:
                 results.append(_recover_one(ledger, run_dir))
             except Exception as exc:  # one staging directory never stops the recovery of the others

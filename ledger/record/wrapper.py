@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,10 +33,17 @@ from typing import IO, TYPE_CHECKING, Any
 from ledger import __version__
 from ledger.errors import BadInput, LedgerNotWritable
 from ledger.process import launch_environment
+from ledger.record.outcome import EXIT_FILE, outcome_of, proc_start, say
 from ledger.store.faults import fault
 from ledger.store.layout import ENV_RUN_ATTEMPT, ENV_RUN_DIR, LOG_FILE, STACK_FILE
 from ledger.store.receipts import Ledger
-from ledger.store.staging import Outcome, acquire_staging_lock, add_problems, write_json_atomic, write_wrapper_facts
+from ledger.store.staging import (
+    acquire_staging_lock,
+    add_problems,
+    private_fallback,
+    write_json_atomic,
+    write_wrapper_facts,
+)
 
 if TYPE_CHECKING:
     from ledger.record.jobkey import JobOptions
@@ -56,9 +62,6 @@ UNBUFFERED = "PYTHONUNBUFFERED"
 training loop then writes each line as it prints it, not 8 KiB at a time, so that every step line reaches the log
 when it is printed (its time is when it arrived: :mod:`ledger.store.clock`) and none is lost in the launch's buffer
 when it is killed. At a terminal the launch gets a terminal and writes line by line anyway."""
-EXIT_FILE = "exit.json"
-"""Written into the staging directory as soon as the child has exited, so that `ledger recover` can give
-a run whose wrapper died afterwards its true status."""
 
 
 @dataclass
@@ -110,42 +113,6 @@ class RecordResult:
                 "kept_in": None if r else str(self.run_dir)}
 
 
-def outcome_of(returncode: int, forwarded: Sequence[int], ended: datetime | None) -> Outcome:
-    """Status, exit code and signal of a child that exited with ``returncode`` (negative: killed by a
-    signal) after the wrapper forwarded the signals ``forwarded`` to it."""
-    if returncode >= 0:
-        exit_code, signame = returncode, None
-    else:
-        exit_code, signame = 128 - returncode, signal.Signals(-returncode).name
-    if returncode == 0:
-        status = "succeeded"
-    elif forwarded and (-returncode in forwarded or returncode - 128 in forwarded or returncode in (130, 143)):
-        status = "interrupted"
-    else:
-        status = "failed"
-    return Outcome(status=status, exit_code=exit_code, signal=signame, ended_at=ended)
-
-
-def _proc_start(pid: int) -> str | None:
-    """Start time of a process (clock ticks since boot), to tell a live pid from a reused one."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def process_alive(pid: int | None, start: str | None) -> bool:
-    """True when the process with this pid and start time still runs (on this host)."""
-    if not pid:
-        return False
-    current = _proc_start(pid)
-    if current is None:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z" and (start is None or current == start)
-
-
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     """Run the command under the ledger and publish its receipt.
 
@@ -178,7 +145,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     facts: dict[str, Any] = {
         "run_uuid": run_uuid,
         "pid": os.getpid(),
-        "pid_start": _proc_start(os.getpid()),
+        "pid_start": proc_start(os.getpid()),
         "host": socket.gethostname(),
         "started_at": datetime.now(UTC).isoformat(),
         "command": redactor.argv(list(opts.command)),
@@ -210,7 +177,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         streams.close()
         raise
     streams.launched()
-    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": _proc_start(child.pid)})
+    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
     fault("launched")
 
     def forward(signum: int, _frame: object) -> None:
@@ -310,7 +277,10 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         where = f"line {receipt.failure.first_line} of " if receipt.failure.first_line else ""
         say(err, f"ledger: failed: {receipt.failure.exception or 'no exception printed'} "
                  f"({where}{ledger.path(receipt.id) / LOG_FILE})")
-    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {status}, exit {exit_code})")
+    mine = (status, exit_code)  # what was published is said: a job's outcome, and this node's where it differs
+    own = "" if (receipt.status, receipt.exit_code) == mine else f"; this node: {status}, exit {exit_code}"
+    say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {receipt.status}, exit {receipt.exit_code}"
+             f"{own})")
     return RecordResult(receipt, exit_code, run_dir)
 
 
@@ -365,26 +335,16 @@ def _load_publishing() -> None:
 
 
 def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
-    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a
-    directory under $TMPDIR, so that the training still runs and its data can be published later."""
+    """The ledger's staging directory; when the ledger cannot be written (read-only or full disk), a private
+    directory under $TMPDIR (:func:`ledger.store.staging.private_fallback`), so that the training still runs and
+    its data can be published later."""
     try:
         ledger.ensure_writable()
         return ledger.staging
     except LedgerNotWritable as exc:
-        fallback = Path(tempfile.gettempdir()) / "ledger-staging"
-        fallback.mkdir(parents=True, exist_ok=True)
+        fallback = private_fallback()  # this user's own, never a directory or link found under a shared name
         say(err, f"ledger: {exc}; staging this run in {fallback} instead, the training proceeds")
         return fallback
-
-
-def say(stream: IO[bytes], text: str) -> None:
-    """A line of the wrapper's own (``ledger: ...``) on the launch's stderr; never raises: a closed or broken
-    stream must not fail a run that trained."""
-    try:
-        stream.write((text + "\n").encode())
-        stream.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:

@@ -133,9 +133,9 @@ def export(ledger: Ledger, target: str, fmt: str = "parquet") -> Exported:
     if fmt not in FORMATS:
         raise BadInput(f"unknown export format {fmt!r}: use parquet or delta")
     uri = _uri(target)
-    writer: _Writer = _Delta(uri) if fmt == "delta" else _Parquet(uri)
     result = Exported(target=target, format=fmt)
     try:
+        writer: _Writer = _Delta(uri) if fmt == "delta" else _Parquet(uri)  # may look the bucket up already
         done = writer.exported()
         todo = [i for i in indexed_ids(ledger) if i not in done]
         result.already = len(done)

@@ -10,7 +10,8 @@ is not listed, and writes its ``ids/<id>`` marker only after its files: a push c
 without a marker, which the next push uploads again. Two clones pushing at once write disjoint keys, or the
 same bytes under the same key, so nothing is lost and nothing needs merging. `pull` lists ``ids/``, fetches
 the receipts it does not hold into a temporary directory inside the ledger, verifies each against its own
-digests and publishes it with one rename (a damaged one is reported and left out).
+digests and publishes it with one rename; a damaged receipt, one nested too deeply to be a receipt, or a marker
+whose files are gone is reported and left out, and the others come over.
 
 Where the remote is: a DVC remote of the repository that holds the ledger (``dvc remote add -d team
 s3://bucket/ledger``; the default one unless named; an S3-compatible store takes ``dvc remote modify team
@@ -87,6 +88,9 @@ def resolve(ledger: Ledger, remote: str | None) -> Remote:
             fs, base = url_to_fs(remote)
         except ImportError as exc:
             raise MissingExtra("s3fs", "dvc") from exc
+        except Exception as exc:  # an unknown protocol, the backend's own configuration errors
+            raise LedgerError(f"remote {remote} cannot be opened: {_first_line(exc)}; the local ledger is "
+                              "untouched") from exc
         return Remote(_local_mkdirs(fs), str(base).rstrip("/"), remote)
     root = _repo_root(ledger.root if ledger.root.exists() else ledger.root.parent)
     try:
@@ -187,10 +191,13 @@ def push(ledger: Ledger, remote: str | None = None) -> Shared:
 
 
 def _damaged_note(result: Shared, where: str) -> str:
+    """What was left out and why: the first three reasons, then how many more."""
     if not result.damaged:
         return ""
-    first = next(iter(result.damaged.values()))
-    return f"; {len(result.damaged)} damaged {where} and left out ({first}; run `ledger verify`)"
+    reasons = list(result.damaged.values())
+    more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+    return (f"; {len(reasons)} damaged or incomplete {where} and left out ({'; '.join(reasons[:3])}{more}; "
+            "`ledger verify` checks a receipt)")
 
 
 def pull(ledger: Ledger, remote: str | None = None) -> Shared:
@@ -214,18 +221,25 @@ def pull(ledger: Ledger, remote: str | None = None) -> Shared:
     try:
         sources: list[str] = []
         targets: list[str] = []
+        fetched = []
         try:
             for receipt_id in todo:
+                names = _listing(where, receipt_id)
+                if not names:  # a marker without its files: a push cut short, or files removed since
+                    result.damaged[receipt_id] = (f"{receipt_id[:12]}: {IDS}/{receipt_id[:12]}... is on the remote "
+                                                  f"but {RECEIPTS}/{receipt_id[:12]}... holds no file")
+                    continue
                 directory = landing.path(receipt_id)
                 directory.mkdir(parents=True)
-                for name in where.fs.ls(where.receipt(receipt_id), detail=False):
-                    sources.append(str(name))
-                    targets.append(str(directory / str(name).rstrip("/").rsplit("/", 1)[-1]))
+                for name in names:
+                    sources.append(name)
+                    targets.append(str(directory / name.rstrip("/").rsplit("/", 1)[-1]))
+                fetched.append(receipt_id)
             if sources:
                 where.fs.get(sources, targets)
         except Exception as exc:
             raise _fail("pull from", where, exc) from exc
-        for receipt_id in todo:
+        for receipt_id in fetched:
             findings = verify_receipt(landing, receipt_id)
             if findings or not (landing.path(receipt_id) / RECEIPT_FILE).is_file():
                 result.damaged[receipt_id] = str(findings[0]) if findings else f"{receipt_id[:12]}: no {RECEIPT_FILE}"
@@ -237,6 +251,15 @@ def pull(ledger: Ledger, remote: str | None = None) -> Shared:
     result.message = (f"pulled {len(result.moved)} receipt(s) from {where.label} ({result.already} already here)"
                       + _damaged_note(result, "on the remote"))
     return result
+
+
+def _listing(where: Remote, receipt_id: str) -> list[str]:
+    """The files of one receipt on the remote (none when its folder is missing or empty)."""
+    try:
+        names = where.fs.ls(where.receipt(receipt_id), detail=False)
+    except FileNotFoundError:
+        return []
+    return [str(n) for n in names if not str(n).rstrip("/").endswith(f"/{receipt_id}")]
 
 
 def _place(source: Path, target: Path) -> None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -46,7 +47,7 @@ FINGERPRINTS = "fingerprints"
 
 
 def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnection, source: str, path: Path,
-                        columns: list[str]) -> tuple[object, ...]:
+                        columns: list[str], store: bool = True) -> tuple[object, ...]:
     """:func:`_fingerprint` of one table file whose bytes hash to ``sha256`` (verified by the caller), from
     the cache when it holds it; computed and stored otherwise. A cache that cannot be read or written
     (read-only ledger, a torn file) is recomputed, never trusted or fatal."""
@@ -60,6 +61,8 @@ def _cached_fingerprint(ledger: Ledger, sha256: str, con: duckdb.DuckDBPyConnect
     except (OSError, ValueError):
         pass
     fingerprint = _fingerprint(con, source, [str(path)], columns)
+    if not store:  # a reader that writes nothing (the web view)
+        return fingerprint
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".{key}.{uuid.uuid4().hex}")
@@ -86,10 +89,12 @@ def _file_source(files: duckdb.DuckDBPyConnection, path: Path, schema: object) -
     return f"(SELECT {cols} FROM read_parquet(?))"
 
 
-def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str) -> list[Finding]:
+def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id: str, *,
+                     store: bool = True) -> list[Finding]:
     """Where the index disagrees with one intact receipt's files (its summary row, each metric table). The
     files must have been verified against their digests (:func:`ledger.store.integrity.verify_receipt`): the
-    file side of each table is taken from the cache by the digest the receipt records."""
+    file side of each table is taken from the cache by the digest the receipt records (and, unless ``store`` is
+    False, stored there when it was not)."""
     from ledger.store.integrity import Finding
     from ledger.store.routing import parquet_source
     from schemas.tables import TABLES
@@ -109,6 +114,10 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
         return findings + missing
     if json.loads(row[0]) != receipt.model_dump(mode="json"):
         findings.append(Finding(receipt_id, INDEX, "its receipts row differs from receipt.json; run `ledger reindex`"))
+    columns = row_differences(indexed_rows(con, [receipt_id])[receipt_id], _source(ledger, receipt_id, receipt))
+    if columns:
+        findings.append(Finding(receipt_id, INDEX, "its receipts row differs from receipt.json in "
+                                f"{', '.join(columns)}; run `ledger reindex`"))
     files = duckdb.connect(":memory:")
     try:
         tables = {a.path[: -len(".parquet")]: a for a in receipt.artifacts if a.kind == "table"}
@@ -121,7 +130,7 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
             else:
                 path = ledger.path(receipt_id) / artifact.path
                 source = parquet_source(path) if name == "routing" else _file_source(files, path, schema)
-                truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns)
+                truth = _cached_fingerprint(ledger, artifact.sha256, files, source, path, columns, store)
             if indexed != truth:
                 findings.append(Finding(receipt_id, INDEX, f"table {name}: {indexed[0]} rows in the index, "
                                         f"{truth[0]} in {name}.parquet"
@@ -130,6 +139,49 @@ def receipt_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, receipt_id:
     finally:
         files.close()
     return findings
+
+
+def _source(ledger: Ledger, receipt_id: str, receipt: object) -> dict[str, Any]:
+    """The JSON values the index made a receipt's row from: the file's own when it needs no migration, else the
+    migrated receipt's (as :func:`ledger.store.integrity.sealed` gives them to the index)."""
+    from schemas import SCHEMA_VERSION
+
+    raw = ledger.read_raw(receipt_id)
+    if raw.get("schema_version") == SCHEMA_VERSION:
+        return raw
+    dumped: dict[str, Any] = receipt.model_dump(mode="json")  # type: ignore[attr-defined]
+    return dumped
+
+
+def indexed_rows(con: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The index's ``receipts`` rows of ``ids`` (those it holds), each as column -> value, in one query."""
+    from ledger.store.index import RECEIPT_COLUMNS
+
+    names = list(RECEIPT_COLUMNS)
+    columns = ", ".join(f'"{c}"' for c in names)
+    found = con.execute(f"SELECT {columns} FROM receipts WHERE list_contains(?, id)", [ids]).fetchall()
+    return {row[0]: dict(zip(names, row, strict=True)) for row in found}
+
+
+def row_differences(indexed: dict[str, Any], source: dict[str, Any]) -> list[str]:
+    """The columns of a receipt's row in the index (:func:`indexed_rows`) whose values are not those its
+    receipt's JSON ``source`` gives (:func:`ledger.store.index.receipt_row`): an edited ``final_loss``,
+    ``tokens_per_s`` or ``name``. The ``receipt`` column (the whole JSON) is compared as JSON by the callers."""
+    from ledger.store.index import RECEIPT_COLUMNS, receipt_row
+
+    expected = dict(zip(RECEIPT_COLUMNS, receipt_row(source), strict=True))
+    return [c for c in RECEIPT_COLUMNS if c != "receipt" and not _same(indexed.get(c), expected[c])]
+
+
+def _same(indexed: object, expected: object) -> bool:
+    if isinstance(indexed, float) and isinstance(expected, float | int) and not isinstance(expected, bool):
+        return indexed == expected or (math.isnan(indexed) and math.isnan(float(expected)))
+    if isinstance(indexed, str) and isinstance(expected, str) and indexed[:1] in "{[" and indexed != expected:
+        try:  # JSON columns (tags): the same values, whatever the spacing DuckDB keeps
+            return bool(json.loads(indexed) == json.loads(expected))
+        except ValueError:
+            return False
+    return indexed == expected
 
 
 def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> list[Finding]:
@@ -144,34 +196,47 @@ def index_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable
     for (receipt_id,) in con.execute("SELECT id FROM receipts ORDER BY id").fetchall():
         if receipt_id not in on_disk:
             findings.append(Finding(receipt_id, INDEX, "indexed but not on disk; run `ledger reindex`"))
+    from schemas.tables import TABLES
+
+    for name in (*TABLES, "routing_steps"):  # rows of a receipt the index does not hold (planted)
+        for (receipt_id, n) in con.execute(f"SELECT receipt_id, count(*) FROM {name} WHERE receipt_id NOT IN "
+                                           "(SELECT id FROM receipts) GROUP BY ALL ORDER BY 1").fetchall():
+            findings.append(Finding(str(receipt_id), INDEX, f"table {name}: {n} rows of a receipt the index does "
+                                    "not hold; run `ledger reindex`"))
     return findings
 
 
 def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> dict[str, str]:
     """The cheap check of `ledger ls`, for the receipts it lists: those whose ``receipt.json`` is gone or no
-    longer says what their index row says, or one of whose files is gone or has another size than the
+    longer says what their index row says (the whole receipt, and each column the row holds: an edited
+    ``final_loss`` in the index is found here), or one of whose files is gone or has another size than the
     receipt records (a changed byte of the same size is found by the digests of ``ledger verify``).
     Returns id -> what disagrees."""
     wanted = list(dict.fromkeys(ids))
-    rows = dict(con.execute("SELECT id, receipt FROM receipts WHERE list_contains(?, id)", [wanted]).fetchall())
+    rows = indexed_rows(con, wanted)
     out: dict[str, str] = {}
     for receipt_id in wanted:
         if receipt_id not in rows:
             continue
-        indexed = json.loads(rows[receipt_id])
+        indexed = json.loads(rows[receipt_id]["receipt"])
         try:
             raw = ledger.read_raw(receipt_id)
         except LedgerError as exc:
             out[receipt_id] = str(exc).split(";")[0]
             continue
+        source = raw
         if raw != indexed:  # an older schema's file is migrated and validated before it is compared
             try:
-                same = parse_receipt(raw, ledger.path(receipt_id) / "receipt.json").model_dump(mode="json") == indexed
+                source = parse_receipt(raw, ledger.path(receipt_id) / "receipt.json").model_dump(mode="json")
             except LedgerError:
-                same = False
-            if not same:
+                source = {}
+            if source != indexed:
                 out[receipt_id] = "receipt.json differs from its row in the index"
                 continue
+        columns = row_differences(rows[receipt_id], source)
+        if columns:
+            out[receipt_id] = f"its row in the index differs from receipt.json in {', '.join(columns)}"
+            continue
         base = str(ledger.path(receipt_id))  # found once per receipt, not once per file
         for artifact in indexed.get("artifacts") or ():
             try:
@@ -185,13 +250,14 @@ def listing_findings(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterab
     return out
 
 
-def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str]) -> None:
+def check_involved(ledger: Ledger, con: duckdb.DuckDBPyConnection, ids: Iterable[str], *, store: bool = True) -> None:
     """Before an analysis uses receipts: their files verify and the index holds exactly their data; else
-    :class:`DamagedReceipt` naming what disagrees."""
+    :class:`DamagedReceipt` naming what disagrees. ``store=False``: the file fingerprints computed are not kept
+    in the cache (a reader that writes nothing, ``ledger serve``)."""
     from ledger.store.integrity import verify_receipt
 
     for receipt_id in dict.fromkeys(ids):
-        findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id)
+        findings = verify_receipt(ledger, receipt_id) or receipt_findings(ledger, con, receipt_id, store=store)
         if findings:
             f = findings[0]
             raise DamagedReceipt(f"receipt {receipt_id[:12]}: {f.path}: {f.problem}"

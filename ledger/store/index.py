@@ -10,10 +10,13 @@ a few seconds reads the files themselves (:func:`reader`). Deleting ``index.duck
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
+import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -49,7 +52,7 @@ FROM routing
 """
 """The routing table as a row per expert (the layout of receipts before index version 4), for ad-hoc queries."""
 
-_RECEIPT_COLUMNS: dict[str, str] = {
+RECEIPT_COLUMNS: dict[str, str] = {
     "id": "VARCHAR PRIMARY KEY",
     "name": "VARCHAR",
     "status": "VARCHAR",
@@ -88,7 +91,7 @@ _RECEIPT_COLUMNS: dict[str, str] = {
 }
 
 
-def _receipt_row(data: dict[str, Any], text: str | None = None) -> tuple[Any, ...]:
+def receipt_row(data: dict[str, Any], text: str | None = None) -> tuple[Any, ...]:
     """The receipts table's row of a receipt (``text``: its JSON, when the caller has it already)."""
     stack, workload, summary = data.get("stack", {}), data.get("workload", {}), data.get("summary", {})
     links = data.get("links", {})
@@ -130,7 +133,7 @@ def _receipt_row(data: dict[str, Any], text: str | None = None) -> tuple[Any, ..
         "schema_version": data.get("schema_version"),
         "receipt": text if text is not None else json.dumps(data, sort_keys=True),
     }
-    return tuple(row[c] for c in _RECEIPT_COLUMNS)
+    return tuple(row[c] for c in RECEIPT_COLUMNS)
 
 
 def _utc(value: str | None) -> datetime | None:
@@ -218,7 +221,7 @@ def _create_schema(con: duckdb.DuckDBPyConnection) -> None:
     from schemas.tables import TABLES
 
     con.execute("CREATE TABLE IF NOT EXISTS index_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    columns = ", ".join(f'"{k}" {v}' for k, v in _RECEIPT_COLUMNS.items())
+    columns = ", ".join(f'"{k}" {v}' for k, v in RECEIPT_COLUMNS.items())
     con.execute(f"CREATE TABLE IF NOT EXISTS receipts ({columns})")
     con.execute("CREATE TABLE IF NOT EXISTS damaged (id VARCHAR PRIMARY KEY, error VARCHAR)")
     con.execute("CREATE TABLE IF NOT EXISTS index_dirs (dir VARCHAR PRIMARY KEY, mtime_ns BIGINT)")
@@ -454,7 +457,7 @@ def _prepare(ledger: Ledger, receipt_id: str, seen: Seen | None = None) -> _Read
             name = str(a["path"])[: -len(".parquet")]
             if a.get("kind") == "table" and a.get("rows") and name in TABLES:
                 tables[name] = (os.path.join(where, a["path"]), int(a["rows"]))
-        return _Ready(receipt_id, _receipt_row(checked.data, checked.text), tables)
+        return _Ready(receipt_id, receipt_row(checked.data, checked.text), tables)
     except (LedgerError, OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         return _Ready(receipt_id, error=str(exc).splitlines()[0])
 
@@ -549,7 +552,7 @@ def _insert_batch(con: duckdb.DuckDBPyConnection, ready: list[_Ready]) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         rows = [r.row or () for r in ready]
-        columns = {c: [row[i] for row in rows] for i, c in enumerate(_RECEIPT_COLUMNS)}
+        columns = {c: [row[i] for row in rows] for i, c in enumerate(RECEIPT_COLUMNS)}
         con.register("_batch_rows", pa.table(columns, schema=_receipts_arrow()))
         con.execute("INSERT INTO receipts BY NAME SELECT * FROM _batch_rows")
         con.unregister("_batch_rows")
@@ -593,13 +596,13 @@ _RECEIPTS_ARROW: list[Any] = []
 
 
 def _receipts_arrow() -> pa.Schema:
-    """The Arrow schema of the receipts table's rows as :func:`_receipt_row` makes them (built once)."""
+    """The Arrow schema of the receipts table's rows as :func:`receipt_row` makes them (built once)."""
     if not _RECEIPTS_ARROW:
         import pyarrow as pa
 
         types = {"VARCHAR": pa.string(), "TIMESTAMP": pa.timestamp("us"), "DOUBLE": pa.float64(),
                  "INTEGER": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_(), "JSON": pa.string()}
-        _RECEIPTS_ARROW.append(pa.schema([(c, types[t.split()[0]]) for c, t in _RECEIPT_COLUMNS.items()]))
+        _RECEIPTS_ARROW.append(pa.schema([(c, types[t.split()[0]]) for c, t in RECEIPT_COLUMNS.items()]))
     return _RECEIPTS_ARROW[0]
 
 
@@ -617,10 +620,14 @@ def _delete(con: duckdb.DuckDBPyConnection, receipt_id: str) -> None:
 @contextmanager
 def writable(
     ledger: Ledger, timeout: float = 30.0, give_way: Callable[[], bool] | None = None, *, schema: bool = True,
+    fresh: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection to the index with its schema in place (waits for the lock); ``schema=False``:
-    as it is (a rebuild replaces it)."""
+    as it is (a rebuild replaces it). ``fresh``: the caller rebuilds the index from the files (``reindex``), so
+    it is no longer unverified once closed. Whether the index changed since ledger last wrote it is looked at
+    once the lock is held, and carried into the stamp written on close (:func:`unverified`)."""
     ledger.root.mkdir(parents=True, exist_ok=True)
+    existed = ledger.index_path.exists()
     try:
         con = _connect(ledger.index_path, timeout, give_way=give_way)
     except duckdb.Error as exc:
@@ -628,12 +635,105 @@ def writable(
             raise
         _quarantine(ledger.index_path)  # not a DuckDB file any more: it is derived, rebuild it
         con = _connect(ledger.index_path, timeout, give_way=give_way)
+        existed = False
+    doubt = None if fresh or not existed else unverified(ledger)
     try:
         if schema:
             _ensure_schema(con)
         yield con
     finally:
-        con.close()
+        with _stamp(ledger, exclusive=True) as fd:  # readers compare the file with the stamp under this lock
+            con.close()
+            if fd is not None:
+                _write_stamp(fd, ledger, doubt)
+
+
+@contextmanager
+def _stamp(ledger: Ledger, *, exclusive: bool) -> Iterator[int | None]:
+    """The index's stamp file (:data:`ledger.store.layout.INDEX_STAMP`), ``flock``'ed for the block: exclusively by
+    a writer closing the index and writing the stamp, shared by a reader comparing them; None when it cannot be
+    opened (none yet, or a ledger this process cannot write). A symbolic link is never followed."""
+    flags = (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(ledger.root / layout.INDEX_STAMP, flags, 0o644)
+    except OSError:
+        yield None
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _file_state(ledger: Ledger) -> list[list[int] | None]:
+    """(size, modification time) of the index file and of its write-ahead log (None: absent)."""
+    out: list[list[int] | None] = []
+    for path in (ledger.index_path, ledger.index_path.with_name(ledger.index_path.name + ".wal")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+        else:
+            out.append([st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _write_stamp(fd: int, ledger: Ledger, doubt: str | None) -> None:
+    data = json.dumps({"files": _file_state(ledger), "unverified": doubt,
+                       "written_at": datetime.now(UTC).isoformat(timespec="seconds")}).encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except OSError:
+        pass  # a full disk: the next reader finds the stamp torn or old and says the index is unverified
+
+
+def unverified(ledger: Ledger) -> str | None:
+    """Why the index's answers are unverified, or None when nothing but ledger wrote it since it was last
+    rebuilt or verified whole. The index is a cache of verified receipts; every write of ledger's stamps the
+    file's size and modification time (:data:`ledger.store.layout.INDEX_STAMP`), so an index edited by anything
+    else (a `duckdb` session, a copy over it) no longer matches, and stays unverified, through later syncs, until
+    ``ledger verify`` of the whole ledger finds nothing (:func:`mark_verified`) or ``ledger reindex`` rebuilds it.
+    Readers say so (:func:`reader`); ``verify``, ``compare`` and ``ls`` also check what they show."""
+    with _stamp(ledger, exclusive=False) as fd:
+        if fd is None:
+            return ("there is no record that ledger wrote it (an index made by an older version, or by hand)"
+                    if ledger.index_path.exists() else None)
+        try:
+            stamp = json.loads(os.pread(fd, 1 << 16, 0))
+            files, doubt = stamp["files"], stamp.get("unverified")
+        except (OSError, ValueError, TypeError, KeyError):
+            return "its stamp is unreadable"
+        if doubt:
+            return str(doubt)
+        if files != _file_state(ledger):
+            when = stamp.get("written_at") or "at an unknown time"
+            return f"index.duckdb changed after ledger last wrote it ({when})"
+    return None
+
+
+def mark_verified(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> None:
+    """Record that the index, as it is now, was found true to the files (``ledger verify`` of the whole ledger,
+    called while its reader ``con`` is open: no writer can change the file meanwhile). Nothing when ``con`` was
+    read from the files instead (the index was busy): then the index itself was not what was checked."""
+    if con in _IN_MEMORY:
+        return
+    with _stamp(ledger, exclusive=True) as fd:
+        if fd is not None:
+            _write_stamp(fd, ledger, None)
+
+
+_SAID: set[str] = set()
+
+
+def _say_unverified(ledger: Ledger) -> None:
+    """Say on stderr, once per process, that the index this reader answers from is unverified and why."""
+    reason = unverified(ledger)
+    if reason is not None and reason not in _SAID:
+        _SAID.add(reason)
+        sys.stderr.write(f"ledger: the index is unverified: {reason}; its answers may not be what the receipt files "
+                         "say (`ledger verify` compares them, `ledger reindex` rebuilds it)\n")
 
 
 def _quarantine(path: Path) -> None:
@@ -668,7 +768,7 @@ def reindex(ledger: Ledger, progress: Callable[[int, int], None] | None = None) 
     (the receipts table alone, 100,000 rows inserted 512 at a time: 37 s of CPU with the default, 25 s at 256 MB,
     18 s at 1 GB; a whole reindex of 101,723 generated receipts, back to back on a shared machine: 199.5 s of CPU
     against 209.2 s); the log meanwhile holds what the rebuild inserted."""
-    with writable(ledger, schema=False) as con:
+    with writable(ledger, schema=False, fresh=True) as con:
         con.execute("SET threads = 1")  # many small files: DuckDB's threads cost more than they read; the
         con.execute(f"SET wal_autocheckpoint = '{REINDEX_CHECKPOINT}'")  # receipts of the next batch are
         con.execute("BEGIN TRANSACTION")  # verified meanwhile in Python's. The old tables dropped and the new
@@ -696,7 +796,9 @@ far as it got (saying how many it left); a quiet ledger is always brought fully 
 
 
 @contextmanager
-def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+def reader(
+    ledger: Ledger, timeout: float = READER_LOCK_WAIT_S, *, announce: bool = True,
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A synced, read-only connection (no writes, no access to files outside the index).
 
     DuckDB lets one process write a file and no process read it meanwhile. A reader announces itself
@@ -713,7 +815,10 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
     reader that indexed one round of 64 itself took 14 s, one that did not 2.5-3.7 s), so it answers from the
     index as it is, at once, and says on stderr how many published receipts that answer leaves out (the
     publishers' own syncs and the first reader after them index those). Receipts that arrive without a
-    publish (a copy, ``dvc pull``) are then found by the first reader after the publishers."""
+    publish (a copy, ``dvc pull``) are then found by the first reader after the publishers.
+
+    An index changed by anything but ledger since its last rebuild or whole verify is said to be unverified, on
+    stderr once per process (:func:`unverified`; ``announce=False``: the caller says it its own way)."""
     if not ledger.root.is_dir():
         con = duckdb.connect(":memory:", config={"enable_external_access": False})
         _ensure_schema(con)
@@ -724,6 +829,8 @@ def reader(ledger: Ledger, timeout: float = READER_LOCK_WAIT_S) -> Iterator[duck
         return
     with _reader_waiting(ledger):  # held while reading too: publishers do not queue behind a read
         con = _open_current(ledger, timeout)
+        if announce and con not in _IN_MEMORY:
+            _say_unverified(ledger)
         try:
             yield con
         finally:
@@ -814,7 +921,12 @@ def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:
     _ensure_schema(con)
     sync(ledger, con)
     con.execute("SET enable_external_access = false")
+    _IN_MEMORY.add(con)
     return con
+
+
+_IN_MEMORY: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+"""Connections of :func:`_from_files`: built from the verified files, never unverified."""
 
 
 def query(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:

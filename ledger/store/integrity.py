@@ -17,7 +17,7 @@ from typing import Any
 
 from ledger.errors import DamagedReceipt, InvalidReceipt, LedgerError, SchemaTooNew
 from ledger.store.layout import RECEIPT_FILE
-from ledger.store.receipts import Ledger, parse_receipt, read_receipt_json
+from ledger.store.receipts import MAX_DEPTH, Ledger, parse_receipt, read_receipt_json, too_deep
 from schemas import Receipt, canonical_json
 from schemas.identity import CANONICAL as _CANONICAL
 
@@ -226,7 +226,9 @@ def _stored_canonical(source: Path, receipt_id: str) -> tuple[dict[str, Any], st
         return data
     try:
         raw = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # read_receipt_json says what is wrong
+        return data
+    if isinstance(raw, dict) and too_deep(raw, MAX_DEPTH):
         return data
     if not isinstance(raw, dict) or raw.get("id") != receipt_id:
         return data

@@ -97,6 +97,10 @@ publishers that find it held leave the index to them."""
 PUBLISHERS_GATE = "index.publishers"
 """In the ledger directory: ``flock``'ed (shared) by each publish while it runs
 (:func:`ledger.store.journal.publishing`)."""
+INDEX_STAMP = "index.written"
+"""In the ledger directory: the index file's size and modification time as ledger last left it, and whether the
+index is unverified (:func:`ledger.store.index.unverified`): an index changed by anything else is said to be so
+until ``ledger verify`` finds it true or ``ledger reindex`` rebuilds it."""
 JOURNAL = "journal"
 """In the ledger directory: one published id a line, appended once the receipt is in place."""
 SHARD_CHARS = 2

@@ -41,6 +41,18 @@ def rank_dirs(run_dir: Path) -> Iterator[tuple[int, Path]]:
         yield rank, path
 
 
+def odd_rank_dirs(run_dir: Path) -> list[Problem]:
+    """A problem for each directory of a staging directory named like a rank's but not one (``rank--1``,
+    ``rank-99999999999``, ``rank-¹``): its files are left out of the receipt, and the receipt says so."""
+    odd = []
+    if run_dir.is_dir():
+        for child in sorted(run_dir.iterdir()):
+            if child.name.startswith("rank-") and rank_of_dir(child.name) is None and child.is_dir():
+                odd.append(Problem(source=f"{child.name}/", message="not a rank directory (rank-N, N from 0 to "
+                                   "999999999, as the SDK names them): its files were left out"))
+    return odd
+
+
 def read_table(
     run_dir: Path, name: str, ranks: Container[int] | None = None, *, coded: bool = False,
     dirs: Sequence[tuple[int, Path]] | None = None,

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from ledger.errors import LinkRefused
 from ledger.store import journal
 from ledger.store.energy import energy_summary
 from ledger.store.faults import fault
@@ -56,7 +57,7 @@ from ledger.store.layout import (
     WORKLOAD_FILE,
     WRAPPER_FILE,
 )
-from ledger.store.merge import empty, rank_dirs, read_json, read_table
+from ledger.store.merge import empty, odd_rank_dirs, rank_dirs, read_json, read_table
 from ledger.store.receipts import Ledger, write_receipt
 from ledger.store.staging import PROBLEMS_FILE, Outcome, staging_lock
 from ledger.store.summary import summarize
@@ -158,15 +159,17 @@ def _reported_workload(
         return Workload()
 
 
-def _capture(run_dir: Path, problems: list[Problem]) -> Capture | None:
-    """Where `ledger record` took the tables and configuration from (hook of :mod:`ledger.ingest.launch`)."""
+def _capture(run_dir: Path, problems: list[Problem], redact: Redact) -> Capture | None:
+    """Where `ledger record` took the tables and configuration from (hook of :mod:`ledger.ingest.launch`), its
+    strings redacted: the metric names it lists and its sentence come from the launch (an SDK metric named by a
+    token was kept here while ``steps.parquet`` redacted it)."""
     data, problem = read_json(run_dir / CAPTURE_FILE)
     if problem:
         problems.append(problem)
     if not isinstance(data, dict):
         return None
     try:
-        return Capture.model_validate(data)
+        return Capture.model_validate(_redact_json(data, redact))
     except ValidationError as exc:
         problems.append(Problem(source=CAPTURE_FILE, message=f"invalid: {exc.errors()[0]['msg']}"))
         return None
@@ -344,6 +347,7 @@ def build(
     artifacts: list[Artifact] = []
     attempt = int(wrapper.get("attempt") or 1)
     dirs = list(rank_dirs(run_dir))  # listed once for every table and fact of the run
+    problems.extend(odd_rank_dirs(run_dir))
     present = _listed(dirs)  # the ranks' files: a table none of them wrote is empty, without a look for it
     for name in TABLES:
         if present is None or f"{name}{STREAM_SUFFIX}" in present or f"{name}{JSONL_SUFFIX}" in present:
@@ -371,16 +375,16 @@ def build(
     for _, directory in dirs:
         errors = directory / "sdk_errors.log"
         if errors.exists():
-            lines = errors.read_text(errors="replace").splitlines()
-            problems.append(
-                Problem(source=f"{directory.name}/sdk_errors.log", message=redact("; ".join(lines[:5])))
-            )
+            lines = [line for line in errors.read_text(errors="replace").splitlines() if line.strip()]
+            said = "; ".join(lines[:5]) or ("the SDK failed to write some rows and could not say why (its error "
+                                            "log is empty: the disk was full, or not writable)")
+            problems.append(Problem(source=f"{directory.name}/sdk_errors.log", message=redact(said)))
     problems.extend(p.model_copy(update={"message": redact(p.message)}) for p in _read_problems(run_dir))
     energy, method = _energy(tables["telemetry"])
     started = _parse_time(wrapper.get("started_at"))
     ended = outcome.ended_at or datetime.now(UTC)
     links = wrapper.get("links") or {}
-    captured = _capture(run_dir, problems)
+    captured = _capture(run_dir, problems, redact)
     receipt = Receipt(
         run_uuid=str(wrapper.get("run_uuid") or run_dir.name),
         name=wrapper.get("name"),
@@ -563,6 +567,7 @@ def publish_many(
         from ledger.redact import Redactor
 
         redact = Redactor(os.environ).text
+    journal.check(ledger.root)  # a linked journal: refused before anything is published (the runs stay staged)
     with ExitStack() as locks:
         locks.enter_context(journal.publishing(ledger.root))  # readers: a publish is under way
         if not locked:
@@ -590,6 +595,9 @@ def publish_many(
                 receipt_id = _sealed(receipts[k]).id
                 target = ledger.new_path(receipt_id)
                 target.parent.mkdir(exist_ok=True)
+                if target.parent.is_symlink():  # never published through a link (to another directory)
+                    raise LinkRefused(f"{target.parent} is a symbolic link; ledger never writes through "
+                                              f"one: remove it, then run `ledger recover`")
                 try:
                     if (ledger.root / receipt_id).is_dir():  # identical content, published in the old layout
                         raise FileExistsError(receipt_id)
@@ -651,7 +659,7 @@ def _mark_all(marks: list[tuple[Path, str]]) -> None:
 
 def _mark(run_dir: Path, receipt_id: str) -> None:
     """Write the id into the staging directory's lock file (which the publisher holds locked) and flush it."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = os.open(run_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, receipt_id.encode())
         os.fsync(fd)

@@ -48,6 +48,9 @@ class Ledger:
 
     def ensure_writable(self) -> None:
         """Create the ledger directory if needed and prove that it can be written."""
+        if self.staging.is_symlink():
+            raise LedgerNotWritable(f"{self.staging} is a symbolic link; ledger never stages runs through one: "
+                                    "remove it (it is made again as a directory)")
         try:
             self.staging.mkdir(parents=True, exist_ok=True)
             probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
@@ -117,9 +120,31 @@ def read_receipt_json(path: Path, receipt_id: str, data: bytes | None = None) ->
         raise DamagedReceipt(f"{path} is missing; run `ledger verify {receipt_id[:12]}`") from exc
     except (OSError, ValueError) as exc:
         raise InvalidReceipt(f"{path}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise InvalidReceipt(f"{path}: nested too deeply to be a receipt (more than {MAX_DEPTH} levels)") from exc
     if not isinstance(data, dict):
         raise InvalidReceipt(f"{path}: expected a JSON object")
+    if too_deep(data, MAX_DEPTH):
+        raise InvalidReceipt(f"{path}: nested too deeply to be a receipt (more than {MAX_DEPTH} levels)")
     return data
+
+
+MAX_DEPTH = 64
+"""The deepest nesting of objects and lists a receipt.json may hold. A receipt's deepest values (a config file's
+arguments) lie far less deep; a deeper document (a hostile one on a remote) is refused before anything recurses
+through it (encoding it canonically, validating it) and would exhaust the interpreter's stack."""
+
+
+def too_deep(data: Any, limit: int) -> bool:
+    """Whether JSON values nest more than ``limit`` objects or lists deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def parse_receipt(data: dict[str, Any], source: Path | str) -> Receipt:

@@ -13,6 +13,16 @@ if TYPE_CHECKING:  # `ledger record --name` checks a name without loading DuckDB
     import duckdb
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+SHOWN = 40
+"""Characters of a refused ref or name that its error message repeats."""
+
+
+def _shown(text: str) -> str:
+    """A refused ref or name as its error shows it: quoted, cut after :data:`SHOWN` characters with its length
+    (a 10,000-character name was repeated whole)."""
+    if len(text) <= SHOWN + 20:
+        return repr(text)
+    return f"{text[:SHOWN]!r}... ({len(text):,} characters)"
 
 
 def check_ref(ref: str) -> str:
@@ -21,7 +31,7 @@ def check_ref(ref: str) -> str:
     with control characters are refused when recorded (:func:`check_name`), so no ref needs one."""
     if not ref or len(ref) > MAX_REF or _CONTROL.search(ref):
         raise InvalidRef(
-            f"invalid ref {ref!r}: use an id, an id prefix or a name (1 to {MAX_REF} characters, no control "
+            f"invalid ref {_shown(ref)}: use an id, an id prefix or a name (1 to {MAX_REF} characters, no control "
             "characters)"
         )
     return ref
@@ -31,7 +41,7 @@ def check_name(name: str) -> str:
     """A run's name as given to ``--name``: usable as a ref (see :func:`check_ref`)."""
     if not name or len(name) > MAX_REF or _CONTROL.search(name):
         raise InvalidRef(
-            f"--name {name!r}: a name is also a ref, so it must be 1 to {MAX_REF} characters without control "
+            f"--name {_shown(name)}: a name is also a ref, so it must be 1 to {MAX_REF} characters without control "
             "characters (newlines, tabs, escape sequences); e.g. --name 'fp8 grouped/run-2'"
         )
     return name

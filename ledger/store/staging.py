@@ -13,6 +13,8 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,7 +55,7 @@ def add_problems(run_dir: Path, notes: list[tuple[str, str]]) -> None:
 def acquire_staging_lock(run_dir: Path) -> int:
     """Take the exclusive lock of a staging directory and return its fd (close it to release).
     Raises :class:`StagingBusy` when a live process holds it."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
@@ -70,6 +72,30 @@ def staging_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+FALLBACK_PREFIX = "ledger-staging-"
+"""The name of a user's fallback staging root under $TMPDIR (:func:`private_fallback`), before the uid."""
+
+
+def private_fallback(tmp: str | os.PathLike[str] | None = None) -> Path:
+    """A staging root under ``tmp`` (default $TMPDIR) that only this user can enter, for a run whose ledger
+    cannot be written: ``ledger-staging-<uid>`` when it is this user's own directory (not a symbolic link,
+    owned by this user, closed to others), made with mode 0700 when it does not exist; otherwise a new
+    private directory made by :func:`tempfile.mkdtemp` (0700). A directory or link planted under the shared
+    name by another user is never used: a run staged there could be read, or redirected, by them."""
+    base = Path(tmp if tmp is not None else tempfile.gettempdir())
+    uid = os.getuid()
+    path = base / f"{FALLBACK_PREFIX}{uid}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not stat.S_IMODE(st.st_mode) & 0o077:
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"{FALLBACK_PREFIX}{uid}-", dir=base))
 
 
 def yield_cpu() -> None:

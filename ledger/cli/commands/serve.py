@@ -17,15 +17,22 @@ def register(cli: click.Group) -> None:
                   help="Address to listen on (the default serves this machine only).")
     @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
                   help="Port to listen on (0: any free port).")
+    @click.option("--allow-host", "allow", multiple=True, metavar="NAME",
+                  help="Another Host name the view is reached by (a DNS name, a proxy's); repeatable. Requests "
+                       "for any name but these, localhost and --host are refused (DNS rebinding).")
     @click.option("--poll", "poll_s", type=click.FloatRange(0.2, 60), default=2.0, show_default=True,
                   help="Seconds between refreshes of a run in progress.")
     @ledger_option
     @click.pass_context
-    def serve(ctx: click.Context, host: str, port: int, poll_s: float, ledger_path: Path | None) -> None:
+    def serve(ctx: click.Context, host: str, port: int, allow: tuple[str, ...], poll_s: float,
+              ledger_path: Path | None) -> None:
         """Serve a read-only web view of the ledger: the receipts as a sortable table filtered with the
         `--where` language, each receipt (stack and workload by factor, curves, routing, goodput), curves of
         any number of runs overlaid, the comparison report of two selected runs, and runs in progress with
-        their curves updating. Plotly's script is served from its Python package: no network needed.
+        their curves updating. Plotly's script is served from its Python package: no network needed. It answers
+        only requests addressed to localhost, the --host address and --allow-host names (any other Host header
+        gets 400), refuses receipts whose files or index rows disagree, and says on every page when the index
+        is unverified.
 
         Example:
 
@@ -39,7 +46,7 @@ def register(cli: click.Group) -> None:
         try:
             import uvicorn
 
-            from ledger.report.web import create_app
+            from ledger.report.web import create_app, served_names
         except ImportError as exc:
             raise BadInput(f"`ledger serve` needs the web extra ({exc.name} is missing): "
                            "pip install 'stackreceipt[web]'") from exc
@@ -55,5 +62,6 @@ def register(cli: click.Group) -> None:
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"serving {ledger.root} on http://{shown}:{bound}/ (read-only; Ctrl-C stops)", err=True)
-        config = uvicorn.Config(create_app(ledger, poll_s), log_level="warning", access_log=False)
+        app = create_app(ledger, poll_s, served_names(host, allow))
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
         uvicorn.Server(config).run(sockets=[sock])

@@ -9,6 +9,6 @@
 Needs the ``web`` extra (``pip install 'stackreceipt[web]'``).
 """
 
-from ledger.report.web.app import create_app
+from ledger.report.web.app import create_app, served_names
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "served_names"]

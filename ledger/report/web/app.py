@@ -2,19 +2,30 @@
 
 Read-only: every handler opens the index with :func:`ledger.store.index.reader` (a read-only connection)
 or reads files; nothing is written. Handlers are plain functions: Starlette runs them in its thread pool.
+
+Trusted only when true: a request whose ``Host`` is not a name the view is served as (the local names, the
+``--host`` address, ``--allow-host`` names) is refused with 400 by Starlette's ``TrustedHostMiddleware`` (a page
+that rebinds its own DNS name to this machine cannot read the ledger through the user's browser); a receipt
+whose files or index rows disagree is refused with 409 (:mod:`ledger.report.web.views`); and while the index is
+unverified (:func:`ledger.store.index.unverified`) every page says so at its top.
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Sequence
 from functools import cache
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ledger.errors import BadInput, LedgerError
+from ledger.errors import BadInput, DamagedReceipt, LedgerError
 from ledger.report.web import pages, views
+from ledger.store import index
 from ledger.store.receipts import Ledger
 
 
@@ -27,15 +38,39 @@ def plotly_js() -> bytes:
     return script.encode("utf-8")
 
 
-def create_app(ledger: Ledger, poll_s: float = 2.0) -> Starlette:
-    """The app over ``ledger``; live pages poll every ``poll_s`` seconds."""
+LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
+"""Host names that always reach this machine's loopback: the view answers to them wherever it listens."""
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def served_names(host: str = "127.0.0.1", allow: Sequence[str] = ()) -> list[str]:
+    """The ``Host`` names the view answers to when it listens on ``host``: the local names, the address itself
+    (an IPv6 one in brackets, as a ``Host`` header carries it), for a wildcard address this machine's host name
+    and fully qualified name, and the names in ``allow`` (``--allow-host``: a DNS name or a proxy's)."""
+    names = list(LOCAL_NAMES)
+    if host in WILDCARDS:
+        names += [socket.gethostname(), socket.getfqdn()]
+    else:
+        names.append(host)
+    names += allow
+    return list(dict.fromkeys(f"[{n}]" if ":" in n and not n.startswith("[") else n.lower() for n in names if n))
+
+
+def create_app(ledger: Ledger, poll_s: float = 2.0, hosts: Sequence[str] = LOCAL_NAMES) -> Starlette:
+    """The app over ``ledger``; live pages poll every ``poll_s`` seconds; requests for another ``Host`` than
+    ``hosts`` (:func:`served_names`) are refused with 400."""
 
     def guarded(title: str, make: object) -> Response:
         try:
-            return HTMLResponse(make())  # type: ignore[operator]
+            page: str = make()  # type: ignore[operator]
         except LedgerError as exc:
-            status = 400 if isinstance(exc, BadInput) else 500
-            return HTMLResponse(pages.error_page(title, str(exc)), status_code=status)
+            status = 400 if isinstance(exc, BadInput) else 409 if isinstance(exc, DamagedReceipt) else 500
+            return HTMLResponse(_said(pages.error_page(title, str(exc))), status_code=status)
+        return HTMLResponse(_said(page))
+
+    def _said(page: str) -> str:
+        reason = index.unverified(ledger)
+        return page if reason is None else pages.unverified(page, reason)
 
     def table(request: Request) -> Response:
         q = request.query_params
@@ -83,4 +118,5 @@ def create_app(ledger: Ledger, poll_s: float = 2.0) -> Starlette:
         Route("/api/live/{ref}", live_api),
         Route("/static/plotly.min.js", static_plotly),
     ]
-    return Starlette(routes=routes)
+    trusted = Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)
+    return Starlette(routes=routes, middleware=[trusted])

@@ -77,6 +77,14 @@ def figures(figs: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "".join(parts)
 
 
+def unverified(html_page: str, reason: str) -> str:
+    """A page with a line at its top saying that the index it was read from is unverified, and why."""
+    note = (f'<p class="error" id="unverified">The index is unverified: {e(reason)}. What this page shows from it '
+            "may not be what the receipt files say: <code>ledger verify</code> compares them, "
+            "<code>ledger reindex</code> rebuilds it.</p>")
+    return html_page.replace("<main>", "<main>" + note, 1)
+
+
 def error_page(title: str, message: str) -> str:
     """A page that says what was wrong."""
     return page(title, f'<p class="error">{e(message)}</p><p><a href="/">back to the receipts</a></p>')
@@ -109,9 +117,10 @@ def _cell(col: str, r: Mapping[str, Any]) -> str:
 
 
 def receipts(rows: Sequence[Mapping[str, Any]], where: str, sort: str | None, desc: bool, live: int,
-             error: str | None = None) -> str:
+             error: str | None = None, damaged: Sequence[str] = ()) -> str:
     """The receipts table: a filter box (``--where``), sortable columns, a checkbox per row and two
-    buttons: overlay the selected runs' curves, or compare the two selected runs."""
+    buttons: overlay the selected runs' curves, or compare the two selected runs. ``damaged``: a sentence for each
+    listed receipt whose files or index row disagree (shown above the table)."""
     parts = [
         '<form method="get" action="/" id="filter">'
         f'<label>where <input type="text" name="where" value="{e(where)}" '
@@ -122,6 +131,7 @@ def receipts(rows: Sequence[Mapping[str, Any]], where: str, sort: str | None, de
     ]
     if error:
         parts.append(f'<p class="error">{e(error)}</p>')
+    parts += [f'<p class="error damaged">{e(d)}</p>' for d in damaged]
     if live:
         parts.append(f'<p class="live"><a href="/live">{live} run(s) in progress</a></p>')
     parts.append('<form method="get" action="/overlay" id="select">'

@@ -45,7 +45,9 @@ def table_page(ledger: Ledger, where: str, sort: str | None, desc: bool) -> str:
     except LedgerError as exc:
         error = str(exc)
         rows = []
-    return pages.receipts(rows, where, sort, desc, len(running.runs_in_progress(ledger)), error)
+    damaged = [f"receipt {r['id'][:12]} ({r['name'] or 'unnamed'}): {r['index_problem']}; its pages are refused "
+               f"until `ledger verify {r['id'][:12]}` passes" for r in rows if r.get("index_problem")]
+    return pages.receipts(rows, where, sort, desc, len(running.runs_in_progress(ledger)), error, damaged)
 
 
 def receipt_page(ledger: Ledger, ref: str) -> str:
@@ -55,13 +57,14 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
     from ledger.analyses.series import imbalanced_layers, load_run, routing_matrices
     from ledger.report.console import human
     from ledger.report.goodput import timeline_svg
+    from ledger.store.agreement import check_involved
     from ledger.store.attempts import run_of
-    from ledger.store.integrity import check_intact
     from schemas import Factor, flatten, leaves
 
     with index.reader(ledger) as con:
         rid = resolve(con, ref)
-        r = check_intact(ledger, rid)
+        check_involved(ledger, con, [rid], store=False)  # its files verify and the index holds exactly their data
+        r = ledger.load(rid)
         run = load_run(con, rid, r)
         heat = routing_matrices(con, rid, layers=imbalanced_layers(con, rid))
         try:
@@ -113,11 +116,13 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
 def overlay_page(ledger: Ledger, refs: list[str]) -> str:
     """The curves of any number of runs on shared axes."""
     from ledger.analyses.series import load_run
+    from ledger.store.agreement import check_involved
 
     if not refs:
         raise BadInput("select at least one run to overlay (tick its box in the receipts table)")
     with index.reader(ledger) as con:
         ids = list(dict.fromkeys(resolve(con, ref) for ref in refs))
+        check_involved(ledger, con, ids, store=False)  # as `ledger report` does: nothing drawn from damage
         runs = [load_run(con, rid) for rid in ids]
     figs = []
     for y, axis, title, xlabel in CURVES:
@@ -132,6 +137,7 @@ def compare_page(ledger: Ledger, refs: list[str]) -> str:
     """The HTML report of ``ledger report A B`` for the two selected runs."""
     from ledger.analyses.compare import CompareOptions, Ref, compare
     from ledger.report.html import report
+    from ledger.store.agreement import check_involved
 
     if len(refs) != 2:
         raise BadInput(f"select exactly two runs to compare (got {len(refs)})")
@@ -145,6 +151,7 @@ def compare_page(ledger: Ledger, refs: list[str]) -> str:
             except LedgerError:
                 sides.append(Ref(ref=rid))
         result = compare(con, sides[0], sides[1], CompareOptions())
+        check_involved(ledger, con, [r.id for r in result.runs_a + result.runs_b], store=False)  # files and index agree
         return report(con, result)
 
 

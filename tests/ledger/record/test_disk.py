@@ -58,7 +58,30 @@ def test_read_only_ledger(mountpoint: Path, ledger_cli, workload, tmp_path: Path
     assert marker.exists() and proc.returncode == 75
     assert "is not writable" in proc.stderr and "staging this run in" in proc.stderr
     target = tmp_path / "elsewhere"
-    out = ledger_cli("recover", "--from", str(tmp_path / "ledger-staging"), "--ledger", str(target))
+    fallback = tmp_path / f"ledger-staging-{os.getuid()}"  # this user's private fallback (mode 0700)
+    assert f"staging this run in {fallback} instead" in proc.stderr
+    out = ledger_cli("recover", "--from", str(fallback), "--ledger", str(target))
     assert "published" in out.stdout
     (rid,) = ids_in(target)
     assert load_receipt(target, rid)["summary"]["steps"] == 4
+
+
+def test_full_disk_keeps_what_fits_and_says_why_the_rest_is_lost(mountpoint: Path, ledger_cli, tmp_path) -> None:
+    """Issue 34, item 10: 20,000 SDK rows flushed at once were written as one piece, so none survived a full disk;
+    and two of the receipt's problems had empty messages. Now the rows go out in pieces (those that fit are
+    kept) and every problem says something."""
+    ledger = mountpoint / "receipts"
+    script = tmp_path / "train.py"
+    script.write_text("import ledger.sdk\nrun = ledger.sdk.current()\n"
+                      "for i in range(1, 20_001):\n    run.log_step(i, loss=1.0 / i, lr=0.1, grad_norm=float(i))\n"
+                      "run.flush()\nprint('trained', flush=True)\n")
+    proc = ledger_cli("record", "--ledger", str(ledger), "--", "python", str(script))
+    assert "trained" in proc.stdout and proc.returncode == 75, proc.stderr
+    subprocess.run(["mount", "-o", "remount,size=64m", str(mountpoint)], check=True)
+    out = ledger_cli("recover", "--ledger", str(ledger))
+    assert "published" in out.stdout, out.stdout + out.stderr
+    (rid,) = ids_in(ledger)
+    r = load_receipt(ledger, rid)
+    assert 0 < r["summary"]["steps"] < 20_000, r["problems"]  # what fitted is kept, the rest is not
+    assert r["problems"] and all(p["message"].strip() for p in r["problems"]), r["problems"]
+    assert any("sdk_errors.log" in p["source"] for p in r["problems"])

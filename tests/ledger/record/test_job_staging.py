@@ -70,6 +70,8 @@ def test_a_node_that_never_reports_is_lost_after_the_timeout(tmp_path: Path) -> 
     assert len(ids) == 1
     receipt = load_receipt(tmp_path / "receipts", ids[0])
     assert receipt["status"] == "failed"
+    # node 0 says what it published (before: "succeeded", node 0's own status, for a job published as failed)
+    assert f"ledger: recorded {ids[0]} (staged, failed, exit 0; this node: succeeded, exit 0)" in err
     nodes = receipt["stack"]["nodes"]  # type: ignore[index]
     assert [(n["node_rank"], n["status"]) for n in nodes] == [(0, "ended"), (1, "lost")]
     assert nodes[1]["detail"] == "never reported (no wrapper staged this node)"

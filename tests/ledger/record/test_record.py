@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -161,7 +162,7 @@ def test_unwritable_ledger_still_trains_and_publishes_later(ledger_cli, tmp_path
     assert marker.exists()  # the training ran
     assert proc.returncode == 75, proc.stderr  # ... but its receipt is not published yet
     assert f"ledger directory {bad} is not writable" in proc.stderr
-    fallback = tmp_path / "ledger-staging"
+    fallback = tmp_path / f"ledger-staging-{os.getuid()}"  # the user's private fallback
     assert f"recover --from {fallback} --ledger" in proc.stderr
     good = tmp_path / "good"
     out = ledger_cli("recover", "--from", str(fallback), "--ledger", str(good))

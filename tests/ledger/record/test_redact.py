@@ -107,6 +107,20 @@ def test_environment_keeps_only_the_allow_list_and_redacts_secrets() -> None:
         ("-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\nxyz==\n-----END RSA PRIVATE KEY-----\nafter",
          f"{REDACTED}\nafter"),
         ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt", REDACTED),
+        # issue 34: a whole JWT with no "token" word near (the signature too), Megatron's dotted argument lines,
+        # the signatures of signed URLs (the URL stays readable)
+        ("session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U ok",
+         f"session {REDACTED} ok"),
+        (f"  wandb_api_key ................ {WANDB_KEY}", f"  wandb_api_key ................ {REDACTED}"),
+        ("  num_experts .......................... 64\n  hidden_size .......... 4096",
+         "  num_experts .......................... 64\n  hidden_size .......... 4096"),
+        ("https://b.s3.amazonaws.com/k?X-Amz-Date=20261201T000000Z&X-Amz-Signature=" + "ab" * 32 + "&x=1",
+         f"https://b.s3.amazonaws.com/k?X-Amz-Date=20261201T000000Z&X-Amz-Signature={REDACTED}&x=1"),
+        ("https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig=Ab%2Bcd%2Fef%3D done",
+         f"https://a.blob.core.windows.net/c/b?sv=2022-11-02&sp=r&sig={REDACTED} done"),
+        ("https://s.googleapis.com/b/o?X-Goog-Signature=" + "cd" * 64,
+         f"https://s.googleapis.com/b/o?X-Goog-Signature={REDACTED}"),
+        ("design signature: stable; a sig figure", "design signature: stable; a sig figure"),
     ],
 )
 def test_text(text: str, expected: str) -> None:

@@ -35,6 +35,10 @@ PLANTED = [  # (a printed line, the secret in it): one of each kind of rule
     ("npm config //registry.npmjs.org/:_authToken=npm_" + B64, "npm_" + B64),
     ("found xoxb-12345678901-" + B64.lower()[:24], B64.lower()[:24]),
     ("token hf_abcdefghijklmnopqrstuvwxyz01234 used", "hf_abcdefghijklmnopqrstuvwxyz01234"),
+    ("session eyJhbGciOiJIUzI1NiJ9.eyJ" + B64 + "." + B64[::-1], B64[::-1]),  # a JWT's signature (issue 34)
+    ("  wandb_api_key ................ " + "fedcba9876543210" * 2 + "abcd1234", "fedcba9876543210" * 2),
+    ("get https://b.s3.amazonaws.com/k?X-Amz-Signature=" + "9f" * 32 + "&x=1", "9f" * 32),
+    ("get https://a.blob.core.windows.net/c/b?sv=2022-11-02&sig=" + B64 + "%3D", B64),
 ]
 FILLER = "".join(f"2026-12-01 10:00:{i % 60:02d} INFO train.py:212] step {i} | loss {4 / (1 + i):.5f} | "
                  f"tokens/s 51234 | tokenizer gpt2 | lr 3.0e-04\n" for i in range(60))

@@ -3,10 +3,12 @@ ledger directory (raw bytes, decompressed Parquet, decoded Arrow streams and the
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -109,10 +111,14 @@ def _pem(kind: str) -> tuple[str, list[str]]:
     return f"-----BEGIN {kind}-----\n" + "\n".join(body) + f"\n-----END {kind}-----\n", body
 
 
-def test_sixty_planted_kinds_are_never_stored(ledger_cli, ledger_dir, workload, tmp_path) -> None:
+def test_seventy_planted_kinds_are_never_stored(ledger_cli, ledger_dir, workload, tmp_path) -> None:
     """Each kind of secret planted once, through every way into the ledger: argv, environment, --name,
-    --tag, stdout and stderr (single lines and multi-line blocks written at once), SDK strings, the
-    workload and config files. Not one of the planted values may appear in any byte under the ledger."""
+    --tag, stdout and stderr (single lines and multi-line blocks written at once), SDK strings and metric names,
+    the workload and config files. Not one of the planted values may appear in any byte under the ledger.
+    Issue 34 added the eight after ``seed_secret``: a JWT's signature with no "token" word near, Megatron's
+    dotted argument lines, an SDK metric name that is a token (its name was kept in receipt.json's capture
+    sentence), presigned S3 URLs on argv and in the workload's data paths, an Azure SAS and a GCS signed URL
+    printed."""
     s = {k: _b64(24) for k in (
         "hf_flag", "db_pass_flag", "password_eq", "api_key_flag", "secret_flag", "auth_token_eq", "curl_user",
         "env_password", "env_db_pass", "env_nccl_auth", "url_argv", "pass_json", "db_pass_yaml", "mysql",
@@ -151,7 +157,28 @@ def test_sixty_planted_kinds_are_never_stored(ledger_cli, ledger_dir, workload, 
         "timing_aiza": "AIza" + _b64(35),
         "overrides_secret": _b64(20),
         "seed_secret": str(secrets.randbelow(10**9) + 10**9),
+        "jwt_signature": _b64(43),
+        "megatron_wandb": secrets.token_hex(20),
+        "megatron_password": _b64(24),
+        "metric_name": "hf_" + _b64(34),
+        "presigned_argv": secrets.token_hex(32),
+        "presigned_workload": secrets.token_hex(32),
+        "azure_sas": quote(base64.b64encode(secrets.token_bytes(32)).decode(), safe=""),
+        "gcs_signature": secrets.token_hex(128),
     }
+    jwt_bare = "eyJ" + _b64(30) + "." + "eyJ" + _b64(60) + "." + s["jwt_signature"]
+
+    def presigned(signature: str) -> str:
+        return ("https://bkt.s3.amazonaws.com/shards/0.bin?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+                f"AKIA{_b64(16).upper()}%2F20261201%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261201T000000Z"
+                f"&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature={signature}")
+
+    sas_url = ("https://acct.blob.core.windows.net/data/shard.bin?sv=2022-11-02&ss=b&srt=o&sp=r"
+               f"&se=2026-12-31T00%3A00%3A00Z&spr=https&sig={s['azure_sas']}")
+    gcs_url = ("https://storage.googleapis.com/bkt/shard.bin?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential="
+               "loader%40proj.iam.gserviceaccount.com%2F20261201%2Fauto%2Fstorage%2Fgoog4_request&X-Goog-Date="
+               f"20261201T000000Z&X-Goog-Expires=900&X-Goog-SignedHeaders=host&X-Goog-Signature={s['gcs_signature']}")
+    kinds = len(s) + 3  # and three PEM blocks, each of four body lines
     pem_rsa, rsa_body = _pem("RSA PRIVATE KEY")
     pem_ssh, ssh_body = _pem("OPENSSH PRIVATE KEY")
     pem_pgp, pgp_body = _pem("PGP PRIVATE KEY BLOCK")
@@ -199,7 +226,14 @@ run.log_eval(2, 0.5, metric="loss", source=S["eval_gh"])
 run.log_timing(1, "fetch " + S["timing_aiza"], 0.1)
 run.set_workload({{"seed": 7, "arguments": {{"seed_secret": S["seed_secret"], "hf_token": S["workload_token"],
                   "api_key": S["workload_api_key"]}},
-                  "launch": {{"overrides": ["seed_secret=" + S["overrides_secret"]]}}}})
+                  "launch": {{"overrides": ["seed_secret=" + S["overrides_secret"]]}},
+                  "data": {{"paths": [{presigned(s["presigned_workload"])!r}]}}}})
+print("session {jwt_bare} opened", flush=True)
+print("  wandb_api_key " + "." * 35 + " " + S["megatron_wandb"], flush=True)
+print("  db_password " + "." * 37 + " " + S["megatron_password"], flush=True)
+print("downloading {sas_url}", flush=True)
+print("fetching {gcs_url}", file=err, flush=True)
+run.log_step(3, loss=0.5, **{{S["metric_name"]: 1.0}})
 """,
         steps=2,
     )
@@ -211,7 +245,8 @@ run.set_workload({{"seed": 7, "arguments": {{"seed_secret": S["seed_secret"], "h
         "--hf-token", s["hf_flag"], "--db-pass", s["db_pass_flag"], f"--password={s['password_eq']}",
         "--api-key", s["api_key_flag"], "--secret", s["secret_flag"], f"--auth-token={s['auth_token_eq']}",
         "-u", f"admin:{s['curl_user']}", f"--data=https://me:{s['url_argv']}@data.example/x",
-        f"--key={s['aws_argv']}", s["entropy_argv"], str(config), str(config_json), str(dotenv),
+        f"--key={s['aws_argv']}", s["entropy_argv"], presigned(s["presigned_argv"]),
+        str(config), str(config_json), str(dotenv),
         env={"HF_TOKEN": s["hf_env"], "WANDB_API_KEY": s["wandb_env"], "MY_SERVICE_PASSWORD": s["env_password"],
              "DB_PASS": s["env_db_pass"], "NCCL_AUTH_TOKEN": s["env_nccl_auth"],
              "AWS_SECRET_ACCESS_KEY": s["aws_secret_env"], "GITHUB_TOKEN": s["gh_env"],
@@ -220,9 +255,10 @@ run.set_workload({{"seed": 7, "arguments": {{"seed_secret": S["seed_secret"], "h
     assert proc.returncode == 0, proc.stderr
     assert s["jwt"] in proc.stdout  # the terminal sees the child's output unchanged
     text = _all_text_under(ledger_dir, ledger_cli)
-    assert len(planted) >= 60
+    assert kinds >= 70 and len(planted) >= 80
     leaked = sorted(kind for kind, value in planted.items() if value in text)
     assert leaked == [], f"{len(leaked)} of {len(planted)} planted secrets stored: {leaked}"
     r = load_receipt(ledger_dir, ids_in(ledger_dir)[0])
     assert r["stack"]["environment"]["NCCL_DEBUG"] == "INFO"
-    assert r["summary"]["steps"] == 2  # the run itself is intact
+    assert r["summary"]["steps"] == 3  # the run itself is intact
+    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in " ".join(r["command"])  # the URL is kept, its signature not

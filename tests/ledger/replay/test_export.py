@@ -149,3 +149,18 @@ def test_export_to_s3_and_a_schema_version_mismatch(tmp_path: Path, s3: Any, sou
                    old / f"part-{'0' * 32}-0.parquet")
     with pytest.raises(BadInput, match="schema version 1"):
         export(Ledger(root), str(tmp_path / "old"), "parquet")
+
+
+@pytest.mark.slow
+def test_export_errors_are_one_line(tmp_path: Path, s3: Any, source: dict[str, str], clone: Any) -> None:
+    """Issue 34, item 8: the destination's file system was opened outside the error handling, so a destination that
+    could not be opened (a bucket whose region lookup failed: 41 lines) printed a traceback. Here: a destination of
+    an unknown kind (opening it fails), a missing bucket and a bucket behind an unreachable endpoint."""
+    root = clone(tmp_path / "receipts", "a")
+    for target, env in (("nosuchfs://bucket/tables", {}), ("s3://no-such-bucket/tables", {}),
+                        ("s3://no-such-bucket/tables", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})):
+        for fmt in ("parquet", "delta"):
+            proc = _ledger("export", target, "--format", fmt, "--ledger", str(root), cwd=tmp_path, env=env)
+            assert proc.returncode == 1, proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            assert proc.stderr.startswith(f"Error: export to {target} failed: "), proc.stderr

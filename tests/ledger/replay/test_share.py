@@ -142,3 +142,61 @@ def test_pull_leaves_out_a_damaged_remote_receipt(tmp_path: Path, source: dict[s
     assert pulled.moved == [source["a"]] and list(pulled.damaged) == [source["b"]]
     assert "steps.parquet" in pulled.damaged[source["b"]]
     assert Ledger(tmp_path / "dst").ids() == [source["a"]]
+
+
+def test_pull_goes_on_past_a_stale_marker_and_a_nested_receipt(tmp_path: Path, source: dict[str, str],
+                                                                clone: Any) -> None:
+    """Issue 34, item 8: one ``ids/<id>`` marker without its receipt aborted `pull` (0 of 3 healthy receipts came
+    over), and a deeply nested ``receipt.json`` crashed it with a RecursionError traceback. Each is now left out
+    with a note, on one line, and the healthy receipts come over."""
+    remote = tmp_path / "remote"
+    share.push(Ledger(clone(tmp_path / "src", "a", "c", "d")), str(remote))
+    stale, nested = "e" * 64, "f" * 64
+    (remote / share.IDS / stale).write_bytes(b"")  # a marker whose files never arrived (or were removed)
+    (remote / share.RECEIPTS / nested).mkdir(parents=True)
+    (remote / share.RECEIPTS / nested / "receipt.json").write_text("[" * 100_000 + "]" * 100_000)
+    (remote / share.IDS / nested).write_bytes(b"")
+    proc = subprocess.run([LEDGER, "pull", "--remote", str(remote), "--ledger", str(tmp_path / "dst")],
+                          env=child_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stdout.strip().splitlines()) == 1
+    assert proc.stdout.startswith(f"pulled 3 receipt(s) from {remote} (0 already here); 2 damaged or incomplete on "
+                                  "the remote and left out (")
+    incomplete = f"{stale[:12]}: ids/{stale[:12]}... is on the remote but receipts/{stale[:12]}... holds no file"
+    assert incomplete in proc.stdout
+    assert f"{nested[:12]} receipt.json: nested too deeply to be a receipt (more than 64 levels)" in proc.stdout
+    assert sorted(Ledger(tmp_path / "dst").ids()) == sorted(source[n] for n in ("a", "c", "d"))
+    again = share.pull(Ledger(tmp_path / "dst"), str(remote))  # the next pull says so again, and moves nothing
+    assert again.moved == [] and set(again.damaged) == {stale, nested}
+
+
+def test_a_receipt_nested_too_deeply_is_refused_on_one_line(tmp_path: Path, source: dict[str, str],
+                                                            clone: Any) -> None:
+    """`ledger verify` of a receipt.json nested deeper than the interpreter's stack (before: a RecursionError
+    traceback), and of one nested deeper than any receipt but still parsed: each refused on one line."""
+    import json
+
+    root = clone(tmp_path / "receipts", "a")
+    path = Ledger(root).path(source["a"]) / "receipt.json"
+    data = json.loads(path.read_text())
+    for depth in (100_000, 200):
+        deep = dict(data, workload=dict(data["workload"], arguments={"deep": "@"}))
+        path.write_text(json.dumps(deep).replace('"@"', "[" * depth + "]" * depth))
+        proc = subprocess.run([LEDGER, "verify", "--ledger", str(root)], env=child_env(), capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"{source['a'][:12]} receipt.json: nested too deeply to be a receipt (more than 64 levels)" in \
+            proc.stdout
+
+
+@pytest.mark.slow
+def test_push_errors_are_one_line(tmp_path: Path, s3: Any, source: dict[str, str], clone: Any) -> None:
+    """A remote of an unknown kind printed a traceback (fsspec's ValueError); an unreachable bucket is one line."""
+    root = clone(tmp_path / "receipts", "a")
+    env = child_env(AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
+    for remote in ("s3://no-such-bucket/ledger", "nosuchkind://bucket/ledger"):
+        proc = subprocess.run([LEDGER, "push", "--remote", remote, "--ledger", str(root)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("Error: "), proc.stderr
+        assert remote in proc.stderr and "the local ledger is untouched" in proc.stderr

@@ -254,3 +254,66 @@ def test_ls_names_rows_whose_files_changed_or_went_after_indexing(ledger3, ledge
     out = ledger_cli("ls", "--json", check=True)
     assert [(r["id"], r["index_problem"]) for r in json.loads(out.stdout)] == [
         (c, f"{receipt_dir(ledger_dir, c) / 'receipt.json'} is missing")]
+
+
+UNVERIFIED = "ledger: the index is unverified: "
+
+
+def test_an_edited_receipts_row_is_found_and_the_index_is_said_unverified(ledger3, ledger_cli, ledger_dir) -> None:
+    """Issue 34, item 2: forged ``final_loss``, ``tokens_per_s`` and ``name`` in the index's receipts table passed
+    `ledger verify` (exit 0), and `ls` and `query` showed them. Now verify names each edited column, `ls` flags the
+    row, `query` (arbitrary SQL: it cannot check what it shows) says the index is unverified, and a later sync by
+    ledger does not make the edit verified: only `reindex` (or a verify that finds the index true) does."""
+    a, b, c = ledger3
+    before = json.loads(ledger_cli("ls", "--json", check=True).stdout)
+    assert all(r["index_problem"] is None for r in before)
+    loss = next(r["final_loss"] for r in before if r["id"] == a)
+    _tamper(ledger_dir,
+            ("UPDATE receipts SET final_loss = 0.001, tokens_per_s = 1e9 WHERE id = ?", [a]),
+            ("UPDATE receipts SET name = 'forged' WHERE id = ?", [b]))
+    out = ledger_cli("verify")
+    assert out.returncode == 1
+    edited = "its receipts row differs from receipt.json in final_loss, tokens_per_s"
+    assert f"{a[:12]} index.duckdb: {edited}" in out.stdout
+    assert f"{b[:12]} index.duckdb: its receipts row differs from receipt.json in name" in out.stdout
+    assert c[:12] not in out.stdout
+    listed = ledger_cli("ls", "--json", check=True)
+    problems = {r["id"]: r["index_problem"] for r in json.loads(listed.stdout)}
+    assert problems == {a: "its row in the index differs from receipt.json in final_loss, tokens_per_s",
+                        b: "its row in the index differs from receipt.json in name", c: None}
+    assert UNVERIFIED + "index.duckdb changed after ledger last wrote it" in listed.stderr
+    queried = ledger_cli("query", "--json", "SELECT name, final_loss FROM receipts ORDER BY name")
+    assert queried.returncode == 0 and UNVERIFIED in queried.stderr
+    assert {"name": "forged", "final_loss": loss} in json.loads(queried.stdout)  # shown, but said to be unverified
+    refused = ledger_cli("compare", a, c, "--json")
+    assert refused.returncode == 1 and "its receipts row differs from receipt.json in final_loss" in refused.stderr
+    # ledger writes the index again (a new receipt, indexed by the next reader): the edit stays unverified
+    ledger_cli("record", "--name", "later", "--telemetry-interval", "0", "--", "true", check=True)
+    again = ledger_cli("ls", "--json", check=True)
+    assert len(json.loads(again.stdout)) == 4 and UNVERIFIED in again.stderr
+    assert ledger_cli("reindex").returncode == 0
+    assert ledger_cli("verify").returncode == 0
+    clean = ledger_cli("query", "--json", "SELECT name FROM receipts")
+    assert clean.returncode == 0 and UNVERIFIED not in clean.stderr and "forged" not in clean.stdout
+
+
+def test_an_outside_write_that_changed_nothing_is_cleared_by_a_whole_verify(ledger3, ledger_cli, ledger_dir) -> None:
+    """The stamp records what ledger last wrote; a `duckdb` session that wrote the file (here: a table made and
+    dropped) makes the index unverified; `ledger verify` of the whole ledger finds it true and says so for good."""
+    ledger_cli("ls", check=True)
+    assert UNVERIFIED not in ledger_cli("query", "SELECT count(*) FROM receipts", check=True).stderr
+    _tamper(ledger_dir, ("CREATE TABLE scratch (a INTEGER)", []), ("DROP TABLE scratch", []), ("CHECKPOINT", []))
+    assert UNVERIFIED in ledger_cli("query", "SELECT count(*) FROM receipts", check=True).stderr
+    assert ledger_cli("verify", a := ledger3[0]).returncode == 0  # one receipt checked: not the whole index
+    assert UNVERIFIED in ledger_cli("query", "SELECT count(*) FROM receipts", check=True).stderr, a
+    verified = ledger_cli("verify")
+    assert verified.returncode == 0 and UNVERIFIED not in verified.stderr
+    assert UNVERIFIED not in ledger_cli("query", "SELECT count(*) FROM receipts", check=True).stderr
+
+
+def test_rows_planted_for_a_receipt_the_index_does_not_hold_are_found(ledger3, ledger_cli, ledger_dir) -> None:
+    ledger_cli("ls", check=True)
+    _tamper(ledger_dir, ("INSERT INTO steps (receipt_id, step, loss) VALUES (?, 1, 0.5)", ["f" * 64]))
+    out = ledger_cli("verify")
+    assert out.returncode == 1
+    assert f"{'f' * 12} index.duckdb: table steps: 1 rows of a receipt the index does not hold" in out.stdout
