@@ -31,6 +31,15 @@ th a{color:#222;text-decoration:none}th a.on{color:#1f5fa8}
 .note{color:#666}.live{color:#c0261b;font-weight:600}
 input[type=text]{width:520px;padding:4px}code{font-size:12px}
 .factors{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:4px 18px}
+.failure pre{background:#fdf3f2;border:1px solid #f0c9c5;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+#notes ul{margin:4px 0}#notes li.archive,#notes li.unarchive{color:#8a6d00}
+tr.archived td{color:#888}tr.filters td{padding:1px 2px}input.colfilter{width:100%;min-width:60px;box-sizing:border-box}
+details#columns fieldset,#metrics fieldset{display:inline-block;vertical-align:top;border:1px solid #ddd;margin:4px}
+details#columns label,#metrics label{display:block;white-space:nowrap}#metrics label.inline{display:inline}
+details.help pre{font-size:12px;background:#f6f6f6;padding:6px}
+ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 16px;margin:8px 0}
+ul.legend li.hidden{opacity:.4}.swatch{display:inline-block;width:24px;height:8px;margin-right:6px;
+vertical-align:middle}.legend .toggle{font-size:11px;padding:0 4px}
 """
 
 DRAW = """
@@ -152,12 +161,13 @@ def receipts(rows: Sequence[Mapping[str, Any]], where: str, sort: str | None, de
 
 def receipt(title: str, header: Sequence[tuple[str, str]], factors: Mapping[str, Sequence[tuple[str, str]]],
             summary: Sequence[tuple[str, str]], figs: Sequence[tuple[str, dict[str, Any]]], goodput: str,
-            notes: Sequence[str] = ()) -> str:
+            notes: Sequence[str] = (), top: str = "") -> str:
     """A receipt: bookkeeping, plots, the goodput timeline, summary, then stack and workload by factor.
     ``goodput`` is an inline SVG made by :func:`ledger.report.goodput.timeline_svg` (its texts escaped
-    there) or an escaped sentence."""
+    there) or an escaped sentence; ``top``: sections rendered (and escaped) elsewhere, shown under the bookkeeping
+    (why a failed run failed: :mod:`ledger.report.failure`; the team's notes: :mod:`ledger.report.notes`)."""
     kv = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)
-    parts = [f'<table id="bookkeeping">{kv}</table>']
+    parts = [f'<table id="bookkeeping">{kv}</table>', top]
     parts += [f'<p class="note">{e(n)}</p>' for n in notes]
     parts.append("<h2>Metrics</h2>" + figures(figs))
     parts.append(f'<h2>Goodput</h2><div id="goodput">{goodput}</div>')
