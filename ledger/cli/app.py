@@ -378,6 +378,18 @@ collects every object still alive (DuckDB's, pydantic's schemas, rich's) before 
 and written nothing else by then; their output is flushed first."""
 
 
+NO_BARS = frozenset({"record", "probe", "watch", "serve"})
+"""Commands that draw no progress bars: the launch's own output (record, probe), a live display of its own (watch),
+a server (serve). Every other command shows the library's long tasks on a terminal (:mod:`ledger.progress`)."""
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def main() -> None:
     """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
     from ledger.process import configure
@@ -386,11 +398,18 @@ def main() -> None:
     command = _command(sys.argv[1:])
     if command is None or command in PANDAS_FREE:
         _keep_pandas_out()
+    bars: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if command is not None and command not in NO_BARS and _stderr_is_terminal():
+        from ledger.report.progress_bar import on_terminal
+
+        bars = on_terminal()
     if command not in QUICK_EXIT:
-        cli(prog_name="ledger")
+        with bars:
+            cli(prog_name="ledger")
         return
     try:
-        cli(prog_name="ledger")  # click's standalone mode ends every command with SystemExit
+        with bars:
+            cli(prog_name="ledger")  # click's standalone mode ends every command with SystemExit
     except SystemExit as exc:
         _exit_now(exc.code)
 

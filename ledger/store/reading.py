@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 
 from ledger.errors import BadInput, QueryRefused
-from ledger.store import filters, index
+from ledger.store import index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
@@ -95,6 +95,8 @@ def list_receipts(
     cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
     with index.reader(ledger) as con:
         if where is not None or fields:
+            from ledger.store import filters  # `ledger ls` without --where does not load the language
+
             predicate = filters.parse(where) if where is not None else None
             found = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
             data = [_beside(json.loads(row[-1]), notes) for row in found]

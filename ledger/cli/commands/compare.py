@@ -145,7 +145,7 @@ def register(cli: click.Group) -> None:
         runs = {r.id: r.label for r in result.runs_a + result.runs_b}
         notes = {rid: annotation.of(root, rid) for rid in runs}
         if as_json:
-            echo_json({**result.to_json(), "notes": {rid: [a.to_json() for a in records]
+            echo_json({**result.to_json(), "annotations": {rid: [a.to_json() for a in records]
                                                      for rid, records in notes.items() if records}})
         elif markdown:
             from ledger.report.markdown import render as render_markdown

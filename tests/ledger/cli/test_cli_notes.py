@@ -59,7 +59,7 @@ def test_notes_and_archive_flags_beside_the_sealed_receipt(ledger_cli, ledger_di
     assert "good (" in notes and "alice: ran on a degraded node (ECC errors on gpu3)" in notes
     assert "bob: wrong --lr" in notes
     data = json.loads(ledger_cli("compare", "good", "typo", "--allow-task-change", "--json").stdout)
-    assert [n["text"] for n in data["notes"][two_runs["good"]]] == ["ran on a degraded node (ECC errors on gpu3)"]
+    assert [n["text"] for n in data["annotations"][two_runs["good"]]] == ["ran on a degraded node (ECC errors on gpu3)"]
     markdown = ledger_cli("compare", "good", "typo", "--allow-task-change", "--markdown").stdout
     assert "### Notes on these runs" in markdown and "bob: wrong --lr" in markdown
 

@@ -349,3 +349,14 @@ def test_anything_else_is_a_one_line_error_or_a_predicate(text: str) -> None:
         assert "\n" not in str(exc) and "--where" in str(exc)
         return
     assert predicate(R) in (True, False)
+
+
+def test_the_language_is_in_ls_help() -> None:
+    from click.testing import CliRunner
+
+    from ledger.cli.app import cli
+
+    out = CliRunner().invoke(cli, ["ls", "--help"]).output
+    section = out.split("The --where language:", 1)[1]
+    for text in ("KEY in (V, ...)", "A and B, A or B, not A", "~ glob", "param.K", "null for a missing value"):
+        assert text in section
