@@ -1,5 +1,6 @@
 """How many runs a comparison needs: the two-sample t test's power (scipy's noncentral t), for the "too few runs"
-a report prints where an interval is too wide to mean anything (:mod:`ledger.report.intervals`).
+a report prints where an interval is too wide to mean anything (:mod:`ledger.report.intervals`); a metric row's
+between-run SD is the one its interval implies (:func:`runs_needed`).
 
 A temporary home: issue 35 adds the ledger's sample-size hint (runs per side for 80% power) to the analyses; this
 module is the same calculation, to be merged with it.
@@ -8,6 +9,10 @@ module is the same calculation, to be merged with it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger.analyses.metrics import MetricRow
 
 POWER = 0.8
 MOST = 1000
@@ -51,3 +56,25 @@ def runs_per_side(effect: float, sd: float, alpha: float = 0.05, target: float =
         else:
             lo = mid
     return hi
+
+
+def runs_needed(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> int | None:
+    """Runs per side for 80% power to find the row's smallest change worth reporting, with the between-run SD its
+    interval implies (half-width = t quantile x SD x sqrt(1/na + 1/nb)); None when it cannot be said."""
+    from scipy import stats
+
+    if row.ci is None or min(row.n) < 1:
+        return None
+    na, nb = row.n
+    df = row.df if row.df is not None else na + nb - 2
+    if df < 1:
+        return None
+    lo, hi = row.ci
+    if row.ci_of == "ratio":
+        if lo <= 0 or hi <= 0:
+            return None
+        half, effect = (math.log(hi) - math.log(lo)) / 2, math.log1p(row.threshold)
+    else:
+        half, effect = (hi - lo) / 2, row.threshold
+    sd = half / float(stats.t.ppf(0.5 + level / 2, df)) / math.sqrt(1 / na + 1 / nb)
+    return runs_per_side(effect, sd, alpha, extra_df=max(0, df - (na + nb - 2)))

@@ -4,13 +4,16 @@ A receipt is immutable and content-addressed, so a remote is a set of receipts t
 
     <remote>/receipts/<id>/receipt.json, <table>.parquet, output.log   the receipt's files
     <remote>/ids/<id>                                                  empty: "<id> is complete here"
+    <remote>/annotations/<id>/<sha256>.json                            a note or archive flag about <id>
 
 `push` lists ``ids/`` (one request per 1,000 receipts on S3), uploads the files of each local receipt that
 is not listed, and writes its ``ids/<id>`` marker only after its files: a push cut short leaves files
 without a marker, which the next push uploads again. Two clones pushing at once write disjoint keys, or the
 same bytes under the same key, so nothing is lost and nothing needs merging. `pull` lists ``ids/``, fetches
 the receipts it does not hold into a temporary directory inside the ledger, verifies each against its own
-digests and publishes it with one rename (a damaged one is reported and left out).
+digests and publishes it with one rename (a damaged one is reported and left out). The records a team added beside
+the receipts (notes, archive flags: :mod:`ledger.store.annotation`) travel the same way, each named by its digest
+and checked against it on arrival.
 
 Where the remote is: a DVC remote of the repository that holds the ledger (``dvc remote add -d team
 s3://bucket/ledger``; the default one unless named; an S3-compatible store takes ``dvc remote modify team

@@ -4,8 +4,8 @@ A between-run interval from 2 runs against 1 rests on one degree of freedom: its
 interval of B/A ran from x0.000001 to x1,039,039. Printed as numbers, that reads as a measurement. An interval is
 **too wide** when it holds both a halving and a doubling of A (B/A <= x0.5 and >= x2, or B - A from -|A|/2 to
 +|A| on a delta scale): no reader can act on it. It is then shown as ``too few runs (~N per side)``, where N is
-the runs per side at which a two-sample t test finds the metric's smallest change worth reporting with 80% power
-(:func:`ledger.analyses.power.runs_per_side`), taking the between-run SD the interval itself implies.
+the runs per side at which a two-sample t test finds the metric's smallest change worth reporting with 80% power,
+with the between-run SD the interval itself implies (:func:`ledger.analyses.power.runs_needed`).
 """
 
 from __future__ import annotations
@@ -40,32 +40,10 @@ def log_too_wide(lo_hi: tuple[float, float] | list[float] | None) -> bool:
     return math.exp(lo) <= HALF and math.exp(hi) >= DOUBLE
 
 
-def runs_needed(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> int | None:
-    """Runs per side for 80% power to find the row's smallest change worth reporting, with the between-run SD its
-    interval implies (half-width = t quantile x SD x sqrt(1/na + 1/nb)); None when it cannot be said."""
-    from scipy import stats
-
-    from ledger.analyses.power import runs_per_side
-
-    if row.ci is None or min(row.n) < 1:
-        return None
-    na, nb = row.n
-    df = row.df if row.df is not None else na + nb - 2
-    if df < 1:
-        return None
-    lo, hi = row.ci
-    if row.ci_of == "ratio":
-        if lo <= 0 or hi <= 0:
-            return None
-        half, effect = (math.log(hi) - math.log(lo)) / 2, math.log1p(row.threshold)
-    else:
-        half, effect = (hi - lo) / 2, row.threshold
-    sd = half / float(stats.t.ppf(0.5 + level / 2, df)) / math.sqrt(1 / na + 1 / nb)
-    return runs_per_side(effect, sd, alpha, extra_df=max(0, df - (na + nb - 2)))
-
-
 def too_few(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> str:
     """``too few runs (~6 per side)``, or without the number when it cannot be said."""
+    from ledger.analyses.power import runs_needed
+
     n = runs_needed(row, level, alpha)
     if n is None:
         return f"{TOO_FEW} (over 1000 per side)" if row.ci is not None and row.threshold > 0 and min(row.n) >= 1 \

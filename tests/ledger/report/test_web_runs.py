@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from chromium import Browser, find_chromium
 from conftest import BIN, child_env
+from helpers import failed_receipt
 from PIL import Image
 
 import ledger
@@ -48,34 +49,6 @@ for step in range(1, 16):
 def loss(i: int, step: int) -> float:
     """Run i's logged loss at a step: curves that never coincide."""
     return (3.0 + 0.4 * i) / step + 0.05 * i
-
-
-def _failed_run(root: Path, tmp: Path) -> str:
-    """A failed receipt whose ``failure`` holds a traceback's last lines, published through the store's amend hook
-    (as a failed wrapped run gets it)."""
-    from ledger.ingest.common import Evidence, sha256_of, stage_evidence, table
-    from ledger.store.publish import publish
-    from ledger.store.receipts import Ledger
-    from ledger.store.staging import Outcome
-    from schemas import Failure, Receipt
-
-    log = tmp / "oom.log"
-    log.write_text("step 1 loss 4.0\nstep 2 loss 3.5\nTraceback (most recent call last):\n"
-                   '  File "train.py", line 9, in <module>\n    loss.backward()\n'
-                   f"RuntimeError: CUDA out of memory {EVIL}\n")
-    store = Ledger(root)
-    ev = Evidence(kind="log", path=log, sha256=sha256_of(log), log=log, command=("python", "train.py"),
-                  tables={"steps": table("steps", {"rank": [0, 0], "step": [1, 2], "loss": [4.0, 3.5]})})
-    staged = stage_evidence(store, ev, "oom-run")
-    failure = Failure(exception=f"RuntimeError: CUDA out of memory {EVIL}", first_line=3, log="output.log",
-                      lines=("Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
-                             "    loss.backward()", f"RuntimeError: CUDA out of memory {EVIL}"))
-
-    def amend(r: Receipt, tables: dict[str, Any]) -> Receipt:
-        assert staged.amend is not None
-        return staged.amend(r, tables).model_copy(update={"status": "failed", "exit_code": 1, "failure": failure})
-
-    return publish(store, staged.run_dir, Outcome(status="failed", exit_code=1), amend=amend).id
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +79,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                         "wrapped.py", "--lr", lr], cwd=root, env=env, check=True, capture_output=True, timeout=120)
     lg.archive("mistyped", reason="mistyped --lr", author="alice")
     lg.note(ids[3], "ran on a degraded node", author="bob")
-    failed = _failed_run(lg.root, root)
+    failed = failed_receipt(lg.root, root, EVIL)
     server = subprocess.Popen([str(BIN / "ledger"), "--ledger", str(lg.root), "serve", "--port", "0", "--poll",
                                "0.3"], cwd=root, env=env, stderr=subprocess.PIPE, text=True)
     assert server.stderr is not None
