@@ -91,7 +91,7 @@ def error_page(title: str, message: str) -> str:
     return page(title, f'<p class="error">{e(message)}</p><p><a href="/">back to the receipts</a></p>')
 
 
-# the receipts table ------------------------------------------------------------------------------------------
+# the receipts table's built-in columns (the table: ledger.report.web.table) -----------------------------------
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "name"), ("status", "status"), ("started", "started"), ("time", "time"), ("steps", "steps"),
@@ -100,7 +100,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 _NUMERIC = {"time", "steps", "loss", "tok/s"}
 
 
-def _cell(col: str, r: Mapping[str, Any]) -> str:
+def cell(col: str, r: Mapping[str, Any]) -> str:
     value = {
         "name": r["name"] or "-",
         "status": r["status"] + (f" ({r['problems']} problems)" if r["problems"] else ""),
@@ -115,46 +115,6 @@ def _cell(col: str, r: Mapping[str, Any]) -> str:
     }[col]
     klass = ' class="n"' if col in _NUMERIC else ""
     return f"<td{klass}>{e(value)}</td>"
-
-
-def receipts(rows: Sequence[Mapping[str, Any]], where: str, sort: str | None, desc: bool, live: int,
-             error: str | None = None) -> str:
-    """The receipts table: a filter box (``--where``), sortable columns, a checkbox per row and two
-    buttons: overlay the selected runs' curves, or compare the two selected runs."""
-    parts = [
-        '<form method="get" action="/" id="filter">'
-        f'<label>where <input type="text" name="where" value="{e(where)}" '
-        'placeholder="precision=bf16 and tag.sweep=lr and summary.final_loss&lt;3"></label> '
-        f'<input type="hidden" name="sort" value="{e(sort or "")}">'
-        f'<input type="hidden" name="desc" value="{"1" if desc else ""}">'
-        '<button type="submit">filter</button></form>'
-    ]
-    if error:
-        parts.append(f'<p class="error">{e(error)}</p>')
-    if live:
-        parts.append(f'<p class="live"><a href="/live">{live} run(s) in progress</a></p>')
-    parts.append('<form method="get" action="/overlay" id="select">'
-                 '<p><button type="submit" id="overlay">overlay curves of the selected runs</button> '
-                 '<button type="submit" id="compare" formaction="/compare">compare the two selected runs</button> '
-                 f'<span class="note">{len(rows)} receipt(s)</span></p>')
-    head = ['<th></th><th>id</th>']
-    for key, title in COLUMNS:
-        on = sort == key
-        link = url("/", where=where or None, sort=key, desc="1" if on and not desc else None)
-        arrow = (" \u25bc" if desc else " \u25b2") if on else ""
-        head.append(f'<th><a href="{link}" class="{"on" if on else ""}" data-sort="{e(key)}">{e(title)}{arrow}</a>'
-                    "</th>")
-    head.append("<th>tags</th>")
-    parts.append(f'<table id="receipts"><thead><tr>{"".join(head)}</tr></thead><tbody>')
-    for r in rows:
-        rid = str(r["id"])
-        tags = ", ".join(f"{k}={v}" for k, v in (r["tags"] or {}).items())
-        parts.append(
-            f'<tr data-id="{e(rid)}"><td><input type="checkbox" name="id" value="{e(rid)}"></td>'
-            f'<td><a href="{url("/receipt/" + rid)}"><code>{e(rid[:8])}</code></a></td>'
-            + "".join(_cell(key, r) for key, _ in COLUMNS) + f"<td>{e(tags)}</td></tr>")
-    parts.append("</tbody></table></form>")
-    return page("receipts", "".join(parts))
 
 
 # one receipt -------------------------------------------------------------------------------------------------
@@ -179,12 +139,6 @@ def receipt(title: str, header: Sequence[tuple[str, str]], factors: Mapping[str,
         parts.append(f'<div><h3>{e(factor)}</h3><table class="factor">{rows}</table></div>')
     parts.append("</div>")
     return page(title, "".join(parts))
-
-
-def overlay(labels: Sequence[tuple[str, str]], figs: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """Curves of N runs overlaid; ``labels``: (id, label) of each run."""
-    items = "".join(f'<li><a href="{url("/receipt/" + rid)}">{e(label)}</a></li>' for rid, label in labels)
-    return page(f"{len(labels)} runs overlaid", f"<ul id=\"runs\">{items}</ul>" + figures(figs))
 
 
 def live_list(runs: Sequence[tuple[str, str, str]]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ledger.errors import LedgerError
 from ledger.report.console import field_text
-from ledger.report.web.pages import COLUMNS, _cell, e, page, url
+from ledger.report.web.pages import COLUMNS, cell, e, page, url
 from ledger.store import reading, running
 from ledger.store.receipts import Ledger
 
@@ -181,7 +181,7 @@ def body(t: Table) -> str:
     for r in t.rows:
         rid = str(r["id"])
         tags = ", ".join(f"{k}={v}" for k, v in (r["tags"] or {}).items())
-        cells = "".join(_cell(c, r) if c in BUILTIN else _field_cell(c, r) for c in t.columns)
+        cells = "".join(cell(c, r) if c in BUILTIN else _field_cell(c, r) for c in t.columns)
         klass = ' class="archived"' if r.get("archived") else ""
         out.append(f'<tr data-id="{e(rid)}"{klass}><td><input type="checkbox" name="id" value="{e(rid)}"></td>'
                    f'<td><a href="{url("/receipt/" + rid)}"><code>{e(rid[:8])}</code></a></td>'
