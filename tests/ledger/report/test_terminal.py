@@ -11,6 +11,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from conftest import BIN, child_env
@@ -49,15 +50,22 @@ def _metrics_section(text: str) -> list[str]:
     return text.split(" metrics ", 1)[1].split("\n[1] ", 1)[0].splitlines()
 
 
-@pytest.mark.parametrize("width", [80, 100, 200])
-def test_compare_reads_cleanly_at_any_width(ledger_root: Path, width: int) -> None:
-    def compare(*args: str) -> str:
-        return subprocess.run([str(BIN / "ledger"), "--ledger", str(ledger_root), "compare", "base", "bf16", *args],
-                              env=child_env(COLUMNS=str(width)), capture_output=True, text=True, check=True,
-                              timeout=120).stdout
+def _compare(root: Path, width: int, *args: str) -> str:
+    return subprocess.run([str(BIN / "ledger"), "--ledger", str(root), "compare", "base", "bf16", *args],
+                          env=child_env(COLUMNS=str(width)), capture_output=True, text=True, check=True,
+                          timeout=120).stdout
 
-    data = json.loads(compare("--json"))
-    text = compare()
+
+@pytest.fixture(scope="module")
+def data(ledger_root: Path) -> dict[str, Any]:
+    """The comparison as `ledger compare --json` gives it (what each rendering must show whole)."""
+    found: dict[str, Any] = json.loads(_compare(ledger_root, 200, "--json"))
+    return found
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_compare_reads_cleanly_at_any_width(ledger_root: Path, data: dict[str, Any], width: int) -> None:
+    text = _compare(ledger_root, width)
     assert max(len(line) for line in text.splitlines()) <= width
     assert "…" not in text
     words = set(text.split())
