@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
     from typing_extensions import Unpack
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from ledger.record.wrapper import RecordResult
     from ledger.replay.claims import ClaimCheck
     from ledger.store import receipts as store
+    from ledger.store.annotation import Annotation
     from schemas import Receipt
 
     class Comparison(_Comparison):
@@ -154,6 +156,62 @@ class Ledger:
         from ledger.store import reading
 
         return [self.store.load(row["id"]) for row in reading.list_receipts(self.store, where)]
+
+    def runs(self, where: str | None = None, *, archived: bool = False) -> pd.DataFrame:
+        """The runs as a pandas DataFrame, one row per receipt (oldest first), as ``mlflow.search_runs`` gives:
+        ``id``, ``name``, ``status``, ``started_at``, ``ended_at`` (UTC), ``duration_s``, ``exit_code``,
+        ``attempt``, ``archived``, ``notes``, then ``summary.*`` (final_loss, tokens_per_s, step_time_s,
+        peak_memory_bytes, ..., ``summary.final_eval.<series>``), ``tags.*``, ``params.*`` (the launch's own
+        arguments and config-file keys, as text), ``workload.*`` (hyperparameters, model, router, precision,
+        parallelism...) and a few ``stack.*`` columns (:mod:`ledger.store.runs`). Every column name is a
+        ``where`` key: ``lg.runs("params.lr<1e-3 and loss<3")``. Archived runs are left out unless
+        ``archived``. Needs pandas (the ``pandas`` extra; :class:`ledger.errors.MissingExtra` says so)."""
+        from ledger.store import reading, runs
+
+        runs.pandas()
+        rows = reading.list_receipts(self.store, where, archived=archived, fields=True)
+        return runs.frame([row["fields"] for row in rows])
+
+    def steps(self, ref: str | Receipt) -> pd.DataFrame:
+        """One run's steps as a pandas DataFrame in recorded order: step, printed_step, epoch, time, tokens,
+        loss, lr, grad_norm, step_time_s, tokens_per_s, ... and each custom metric (the steps table's ``extra``)
+        as a column of its own. Needs pandas (the ``pandas`` extra)."""
+        from ledger.store import index, runs
+        from ledger.store.refs import resolve
+
+        runs.pandas()
+        with index.reader(self.store) as con:
+            table = runs.steps_table(con, resolve(con, ref if isinstance(ref, str) else ref.id))
+        return table.to_pandas()
+
+    def notes(self, ref: str | Receipt) -> list[Annotation]:
+        """What the team added to a receipt after it was sealed (`ledger note`, `archive`): its records, oldest
+        first (:class:`ledger.store.annotation.Annotation`: kind, text, author, at)."""
+        from ledger.store import annotation, reading
+
+        return annotation.of(self.root, reading.resolve_ref(self.store, ref if isinstance(ref, str) else ref.id))
+
+    def note(self, ref: str | Receipt, text: str, *, author: str | None = None) -> Annotation:
+        """``ledger note REF TEXT``: append a note to a receipt, with its author (default ``$LEDGER_AUTHOR``,
+        else user@host) and time. The sealed receipt is untouched: the note is a record beside it."""
+        return self._annotate(ref, "note", text, author)
+
+    def archive(self, ref: str | Receipt, *, reason: str = "", author: str | None = None) -> Annotation:
+        """``ledger archive REF``: hide a receipt from ``ls``, the web view and :meth:`runs` (``--all`` and
+        ``archived=True`` show it); a record beside the receipt, undone by :meth:`unarchive`."""
+        return self._annotate(ref, "archive", reason, author)
+
+    def unarchive(self, ref: str | Receipt, *, reason: str = "", author: str | None = None) -> Annotation:
+        """``ledger unarchive REF``: show an archived receipt again (another record: the history is kept)."""
+        return self._annotate(ref, "unarchive", reason, author)
+
+    def _annotate(self, ref: str | Receipt, kind: Literal["note", "archive", "unarchive"], text: str,
+                  author: str | None) -> Annotation:
+        from ledger.redact import Redactor
+        from ledger.store import annotation, reading
+
+        receipt_id = reading.resolve_ref(reading.existing(self.store), ref if isinstance(ref, str) else ref.id)
+        return annotation.add(self.root, receipt_id, kind, text, author, redact=Redactor(os.environ).text)
 
     def get(self, ref: str) -> Receipt:
         """One receipt by id, unique id prefix or name, checked against its digests (a damaged one raises

@@ -3,7 +3,8 @@
 Writes OUT/compare.json (`ledger compare --json`), OUT/metrics.json (its metrics as flat keys such as
 ``tokens_per_s_per_device.a``: the DVC metric), OUT/compare.md (`--markdown`) and OUT/loss.csv (run, tokens,
 loss of every run: a DVC plot, one line per run) and, once, OUT/plots.html (the page `dvc plots show` fills:
-Vega bundled, so it renders offline), then prints the markdown. One process and one comparison
+Vega bundled, so it renders offline), then says so in one line (`make demo` prints the comparison once, as
+`ledger compare`'s terminal text). One process and one comparison
 for all of it: the JSON and the Markdown are `ledger compare`'s own renderings of the same result (the
 command's default options; its check that files and index agree runs first).
 """
@@ -147,7 +148,8 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     plots_page(args.out / "plots.html")
-    print(markdown)
+    # one line: the comparison itself is printed once, by `make demo` (`ledger compare`, terminal text), not here
+    print(f"compared {args.a} and {args.b}: {args.out}/compare.md, compare.json, metrics.json, loss.csv")
 
 
 if __name__ == "__main__":

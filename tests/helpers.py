@@ -48,3 +48,32 @@ class LedgerAt:
 
     def json(self, *args: str) -> Any:
         return json.loads(self(*args, "--json").stdout)
+
+
+def failed_receipt(root: Path, tmp: Path, text: str = "") -> str:
+    """The id of a failed receipt named ``oom-run`` whose ``failure`` holds a traceback's last lines (ending
+    ``RuntimeError: CUDA out of memory <text>``), published through the store's amend hook, as a failed wrapped run
+    gets it; its log and staging are written under ``tmp``."""
+    from ledger.ingest.common import Evidence, sha256_of, stage_evidence, table
+    from ledger.store.publish import publish
+    from ledger.store.receipts import Ledger
+    from ledger.store.staging import Outcome
+    from schemas import Failure, Receipt
+
+    log = tmp / "oom.log"
+    log.write_text("step 1 loss 4.0\nstep 2 loss 3.5\nTraceback (most recent call last):\n"
+                   '  File "train.py", line 9, in <module>\n    loss.backward()\n'
+                   f"RuntimeError: CUDA out of memory {text}\n")
+    store = Ledger(root)
+    ev = Evidence(kind="log", path=log, sha256=sha256_of(log), log=log, command=("python", "train.py"),
+                  tables={"steps": table("steps", {"rank": [0, 0], "step": [1, 2], "loss": [4.0, 3.5]})})
+    staged = stage_evidence(store, ev, "oom-run")
+    failure = Failure(exception=f"RuntimeError: CUDA out of memory {text}", first_line=3, log="output.log",
+                      lines=("Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+                             "    loss.backward()", f"RuntimeError: CUDA out of memory {text}"))
+
+    def amend(r: Receipt, tables: dict[str, Any]) -> Receipt:
+        assert staged.amend is not None
+        return staged.amend(r, tables).model_copy(update={"status": "failed", "exit_code": 1, "failure": failure})
+
+    return publish(store, staged.run_dir, Outcome(status="failed", exit_code=1), amend=amend).id

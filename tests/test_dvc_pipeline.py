@@ -26,7 +26,8 @@ def _sh(args: list[str], cwd: Path, timeout: float = 600) -> str:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("pipeline")
-    for name in ("dvc.yaml", "scripts/pipeline_report.py", "scripts/plots/runs.json", ".gitignore", ".dvcignore"):
+    for name in ("dvc.yaml", "scripts/pipeline_report.py", "scripts/plots/runs.json", "scripts/demo.sh", ".gitignore",
+                 ".dvcignore"):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, repo / name)
     shutil.copytree(ROOT / "runners", repo / "runners", ignore=shutil.ignore_patterns("__pycache__"))
@@ -101,6 +102,19 @@ def test_repro_runs_skips_and_reruns_one_stage(repo: Path, first_repro: str) -> 
     assert receipt["workload"]["seed"] == 1
 
 
+@pytest.mark.slow
+def test_demo_prints_the_comparison_once_as_terminal_text(repo: Path, first_repro: str) -> None:
+    """`make demo` (scripts/demo.sh, after the pipeline ran: its repro skips every stage) prints the comparison
+    once, as `ledger compare`'s terminal text: not the pipeline's Markdown with its escapes (``\\(298fce70\\)``), and
+    not twice (the compare stage says what it wrote in one line)."""
+    assert "what changed, by factor" not in first_repro and "compared baseline and bf16-capacity: pipeline/" in \
+        first_repro
+    out = _sh(["bash", "scripts/demo.sh"], repo)
+    assert out.count("what changed, by factor") == 1 and out.count(" metrics ") == 1
+    assert "\\(" not in out and "## `ledger compare`" not in out and "|---" not in out
+    assert re.search(r"A baseline: baseline \([0-9a-f]{8}\), baseline-s1 \([0-9a-f]{8}\)", out)
+
+
 def _quickstart() -> list[str]:
     """The README Quickstart's `ledger` commands, in order (the cluster launch and comments left out)."""
     readme = (ROOT / "README.md").read_text()
@@ -118,14 +132,17 @@ def test_readme_quickstart_after_the_demo(repo: Path, first_repro: str) -> None:
     import shlex
 
     commands = _quickstart()
-    assert [c.split()[1] for c in commands] == ["record", "record", "ls", "show", "compare", "report", "query"]
+    assert [c.split()[1] for c in commands] == ["record", "record", "ls", "ls", "show", "compare", "report",
+                                                 "query"]
     for command in commands:
         args = shlex.split(command)
         if args[1] == "record":  # the tiny config, shortened as in the pipeline above
             args += ["--set", "steps=8"]
         out = _sh([str(BIN / args[0]), *args[1:]], repo)
-        if args[1] == "ls":
+        if args[1] == "ls":  # both runs: the tag, and the runner's learning rate (a hyperparameter), as columns
             assert "baseline" in out and "bf16" in out and "2 receipt(s)" in out
+            if "--columns" in args:
+                assert re.search(r"baseline\s+fp32\s+0\.00\d+", out) and re.search(r"bf16\s+bf16\s+0\.00\d+", out)
         if args[1] == "compare":
             assert "precision" in out
     assert (repo / "report.html").read_text().count("<svg") >= 3

@@ -5,8 +5,8 @@ lazy ones count: a lazy import up the stack is still an arrow up) — and each m
 not higher than the importer's own. The order, lowest first:
 
     schemas < core (ledger.errors, ledger.redact, ledger.sdk, ledger.kv, ledger.mfu, ledger.jsonsafe,
-      ledger.process, ledger._native, and ledger.store.layout: the names of the directories, which the SDK writes
-      by) < integrations
+      ledger.process, ledger.progress, ledger._native, and ledger.store.layout: the names of the directories, which
+      the SDK writes by) < integrations
       (adapters that speak the SDK) < store < ingest
       < record < analyses < replay < planning < report < the facade (ledger/__init__, ledger.api) < cli
 
@@ -30,7 +30,7 @@ ORDER = ("schemas", "core", "integrations", "store", "ingest", "record", "analys
 """Parts of the house, lowest first. A module may import its own part and those before it."""
 RANK = {part: i for i, part in enumerate(ORDER)}
 PACKAGES = ("integrations", "store", "ingest", "record", "analyses", "replay", "planning", "report", "cli")
-CORE = ("errors", "redact", "sdk", "kv", "mfu", "jsonsafe", "process", "_native")
+CORE = ("errors", "redact", "sdk", "kv", "mfu", "jsonsafe", "process", "progress", "_native")
 FACADE = ("api",)
 
 

@@ -174,7 +174,14 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
             loaded[rid] = load_run(con, rid, receipt(rid))
         return loaded[rid]
 
-    runs_a, runs_b = [run(i) for i in side_a.ids], [run(i) for i in side_b.ids]
+    from ledger import progress
+
+    with progress.task("reading the runs' tables", len(side_a.ids) + len(side_b.ids), "runs") as advance:
+        runs_a: list[RunData] = []
+        runs_b: list[RunData] = []
+        for i in side_a.ids + side_b.ids:
+            (runs_a if len(runs_a) < len(side_a.ids) else runs_b).append(run(i))
+            advance(len(runs_a) + len(runs_b))
     floor_runs: list[list[RunData]] = []
     if options.noise_floor and judged:
         stacks = {stack_class(catalog[side_a.ids[0]]), stack_class(catalog[side_b.ids[0]])}
@@ -182,7 +189,8 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
                       for g in floor_groups(catalog, stacks, side_a.ids + side_b.ids)]
     found = plugins() if options.plugins else Plugins()
     heads = headlines(found.headlines)
-    rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads], floor_runs)
+    with progress.task("comparing the metrics"):
+        rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads], floor_runs)
     identical = same_config and len(runs_a) == len(runs_b) == 1 and _same_losses(runs_a[0], runs_b[0])
     if not judged:
         rows = [_as_replicates(r) for r in rows]
@@ -190,7 +198,8 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     attribution: list[HeadlineAttribution] = []
     missing: list[MissingRun] = []
     if options.attribution and judged:
-        node_runs = {s: [run(i) for i in ids] for s, ids in lattice.nodes.items()}
+        with progress.task("reading the ablation lattice's runs"):
+            node_runs = {s: [run(i) for i in ids] for s, ids in lattice.nodes.items()}
         for h in heads:
             floor = _headline_floor(h, floor_runs)
             attribution.append(attribute(lattice, h, node_runs, settings.rng(f"attribution:{h.name}"),

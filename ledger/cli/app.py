@@ -154,29 +154,63 @@ def record(
     ctx.exit(result.exit_code)
 
 
-@cli.command(name="ls")
-@click.option("--where", "where", metavar="EXPR", help="Filter, e.g. 'precision=bf16 and tag.sweep=lr'.")
+class WhereHelp(click.Command):
+    """A command whose --help ends with the --where language (:data:`ledger.store.filters.HELP`), read when the
+    help is shown: `ledger` does not import the store at start-up."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ledger.store.filters import HELP
+
+        formatter.write_paragraph()
+        formatter.write_heading("The --where language")
+        with formatter.indentation():
+            for line in HELP.splitlines():
+                formatter.write(" " * formatter.current_indent + line + "\n")
+
+
+@cli.command(name="ls", cls=WhereHelp)
+@click.option("--where", "where", metavar="EXPR", help="Filter, e.g. 'precision=bf16 and (loss<3 or "
+              "param.lr in (1e-3, 3e-3))'; the language is below.")
 @click.option("--sort", "sort", metavar="COL", help="Order by a column (id, name, started, time, steps, loss, tok/s, "
-              "...); default: oldest first.")
+              "..., or any runs-table column such as params.lr); default: oldest first.")
 @click.option("--desc", is_flag=True, help="With --sort: largest first.")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Show only the first N rows (after sorting).")
-@click.option("--columns", metavar="A,B,...", help="Table columns, e.g. id,name,loss,tok/s (not for --json).")
+@click.option("--columns", metavar="A,B,...", help="Table columns, e.g. id,name,loss,tok/s,lr: the ls columns, or "
+              "any column of the runs table (params.lr or lr, workload.optimizer.lr, summary.step_time_s, "
+              "tags.sweep); not for --json.")
+@click.option("--all", "show_all", is_flag=True, help="Also list archived receipts (`ledger archive`).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (every field, whatever --columns says).")
 @ledger_option
 @click.pass_context
 def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, limit: int | None,
-           columns: str | None, as_json: bool, ledger_path: Path | None) -> None:
-    """List receipts, oldest first. Short ids (8 hex characters) are valid refs for show and compare.
+           columns: str | None, show_all: bool, as_json: bool, ledger_path: Path | None) -> None:
+    """List receipts, oldest first (archived ones only with --all). Short ids (8 hex characters) are valid
+    refs for show and compare.
 
     Example:
 
         ledger ls --where "status=failed and workload.model.num_experts>=8"
+        ledger ls --where "param.lr<=1e-3 or tag.sweep=lr" --columns id,name,lr,loss
         ledger ls --sort loss --limit 5 --columns id,name,loss,tok/s
     """
     from ledger.report import console as render
     from ledger.store import reading
 
-    rows = reading.list_receipts(ledger_from(ctx, ledger_path, must_exist=True), where, sort, desc, limit)
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns is not None else None
+    fields = (names is not None and any(c not in render.LS_COLUMNS for c in names)) or (
+        sort is not None and sort not in reading.SORT_KEYS and sort not in reading.LIST_COLUMNS)
+    ledger = ledger_from(ctx, ledger_path, must_exist=True)
+    rows = reading.list_receipts(ledger, where, None if fields else sort, desc, None if fields else limit,
+                                 archived=show_all, fields=fields)
+    if fields:
+        if sort is not None:
+            from ledger.store.runs import columns as run_columns
+            from ledger.store.runs import resolve
+
+            known = sort in reading.SORT_KEYS or sort in reading.LIST_COLUMNS
+            rows = reading.sort_rows(rows, sort if known else resolve(sort, run_columns(
+                [r["fields"] for r in rows])) or sort, desc)
+        rows = rows if limit is None else rows[:limit]
     from ledger.report.safe import visible
 
     for row in rows:  # the index is derived: a row whose files are gone or changed is said, not trusted
@@ -184,9 +218,9 @@ def ls_cmd(ctx: click.Context, where: str | None, sort: str | None, desc: bool, 
             click.echo(f"ledger: receipt {row['id'][:12]}: {visible(row['index_problem'])}; its row is from "
                        "the index: run `ledger verify` and `ledger reindex`", err=True)
     if as_json:
-        echo_json(rows)
-    elif columns is not None:
-        render.receipts_table(rows, [c.strip() for c in columns.split(",") if c.strip()])
+        echo_json([{k: v for k, v in row.items() if k != "fields"} for row in rows])
+    elif names is not None:
+        render.receipts_table(rows, render.table_columns(rows, names) if fields else names)
     else:
         render.receipts_table(rows)
 
@@ -212,6 +246,11 @@ def show(ctx: click.Context, ref: str, as_json: bool, ledger_path: Path | None) 
         echo_json(receipt.model_dump(mode="json"))
     else:
         render.receipt(receipt, ledger.path(receipt.id))
+        from ledger.report import failure, notes
+        from ledger.store import annotation
+
+        failure.render_terminal(receipt, render.console)
+        notes.render_terminal(annotation.of(ledger.root, receipt.id), render.console)
         # a single-node receipt has no differences between nodes, one without timing rows no ranks to score:
         # `show` of such a receipt then loads neither the capture probes nor numpy and Arrow
         differences, scores = [], None
@@ -340,6 +379,18 @@ collects every object still alive (DuckDB's, pydantic's schemas, rich's) before 
 and written nothing else by then; their output is flushed first."""
 
 
+NO_BARS = frozenset({"record", "probe", "watch", "serve"})
+"""Commands that draw no progress bars: the launch's own output (record, probe), a live display of its own (watch),
+a server (serve). Every other command shows the library's long tasks on a terminal (:mod:`ledger.progress`)."""
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def main() -> None:
     """Console entry point (the `ledger` script and ``python -m ledger.cli``)."""
     from ledger.process import configure
@@ -348,11 +399,18 @@ def main() -> None:
     command = _command(sys.argv[1:])
     if command is None or command in PANDAS_FREE:
         _keep_pandas_out()
+    bars: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if command is not None and command not in NO_BARS and _stderr_is_terminal():
+        from ledger.report.progress_bar import on_terminal
+
+        bars = on_terminal()
     if command not in QUICK_EXIT:
-        cli(prog_name="ledger")
+        with bars:
+            cli(prog_name="ledger")
         return
     try:
-        cli(prog_name="ledger")  # click's standalone mode ends every command with SystemExit
+        with bars:
+            cli(prog_name="ledger")  # click's standalone mode ends every command with SystemExit
     except SystemExit as exc:
         _exit_now(exc.code)
 

@@ -311,9 +311,15 @@ def stage_evidence(ledger: Ledger, ev: Evidence, name: str | None, tags: Mapping
         rank0.mkdir(parents=True, exist_ok=True)
         (rank0 / WORKLOAD_FILE).write_text(json.dumps(ev.workload.model_dump(mode="json"), sort_keys=True))
     if ev.log is not None:
-        with open_text(ev.log) as src, open(run_dir / LOG_FILE, "w", encoding="utf-8") as dst:
-            for line in src:
+        from ledger import progress
+
+        size = ev.log.stat().st_size
+        with open_text(ev.log) as src, open(run_dir / LOG_FILE, "w", encoding="utf-8") as dst, \
+                progress.task(f"keeping {ev.log.name} (redacted)", size, "bytes") as advance:
+            for n, line in enumerate(src, start=1):
                 dst.write(redactor.text(line))
+                if n % 65536 == 0:
+                    advance(min(size, dst.tell()))
     problems = [*ev.extra_problems, *(ev.issues.problems() if ev.issues else [])]
     source = ImportSource(kind=ev.kind, path=ev.path.name, sha256=ev.sha256, submitter=ev.submitter,
                           division=ev.division, benchmark=ev.benchmark, lines=ev.lines,

@@ -4,6 +4,7 @@ A receipt is immutable and content-addressed, so a remote is a set of receipts t
 
     <remote>/receipts/<id>/receipt.json, <table>.parquet, output.log   the receipt's files
     <remote>/ids/<id>                                                  empty: "<id> is complete here"
+    <remote>/annotations/<id>/<sha256>.json                            a note or archive flag about <id>
 
 `push` lists ``ids/`` (one request per 1,000 receipts on S3), uploads the files of each local receipt that
 is not listed, and writes its ``ids/<id>`` marker only after its files: a push cut short leaves files
@@ -11,7 +12,9 @@ without a marker, which the next push uploads again. Two clones pushing at once 
 same bytes under the same key, so nothing is lost and nothing needs merging. `pull` lists ``ids/``, fetches
 the receipts it does not hold into a temporary directory inside the ledger, verifies each against its own
 digests and publishes it with one rename; a damaged receipt, one nested too deeply to be a receipt, or a marker
-whose files are gone is reported and left out, and the others come over.
+whose files are gone is reported and left out, and the others come over. The records a team added beside the
+receipts (notes, archive flags: :mod:`ledger.store.annotation`) travel the same way, each named by its digest and
+checked against it on arrival.
 
 Where the remote is: a DVC remote of the repository that holds the ledger (``dvc remote add -d team
 s3://bucket/ledger``; the default one unless named; an S3-compatible store takes ``dvc remote modify team
@@ -37,6 +40,10 @@ RECEIPTS = "receipts"
 """On the remote: one folder of files per receipt."""
 IDS = "ids"
 """On the remote: one empty marker per complete receipt (written after its files)."""
+ANNOTATIONS = "annotations"
+"""On the remote: ``annotations/<id>/<sha256>.json``, the records a team added beside each receipt (notes, archive
+flags: :mod:`ledger.store.annotation`), each named by the digest of its bytes: a set that only grows, like the
+receipts."""
 
 
 @dataclass
@@ -53,6 +60,9 @@ class Remote:
     def marker(self, receipt_id: str) -> str:
         return f"{self.base}/{IDS}/{receipt_id}"
 
+    def annotation(self, receipt_id: str, name: str) -> str:
+        return f"{self.base}/{ANNOTATIONS}/{receipt_id}/{name}"
+
 
 @dataclass
 class Shared:
@@ -65,6 +75,8 @@ class Shared:
     damaged: dict[str, str] = field(default_factory=dict)
     """Receipts left out, with the reason (damaged locally for a push, on the remote for a pull)."""
     message: str = ""
+    annotations: int = 0
+    """Annotation records (notes, archive flags) uploaded or fetched."""
 
 
 def _is_url(remote: str) -> bool:
@@ -183,11 +195,69 @@ def push(ledger: Ledger, remote: str | None = None) -> Shared:
             where.fs.put(sources, targets)
         for receipt_id in result.moved:  # a receipt counts as pushed once its files are all there
             where.fs.pipe_file(where.marker(receipt_id), b"")
+        result.annotations = _push_annotations(ledger, where, there | set(result.moved))
     except Exception as exc:
         raise _fail("push to", where, exc) from exc
     result.message = (f"pushed {len(result.moved)} receipt(s) to {where.label} ({result.already} already there)"
-                      + _damaged_note(result, "locally"))
+                      + _annotations_note(result) + _damaged_note(result, "locally"))
     return result
+
+
+def remote_annotations(remote: Remote) -> set[tuple[str, str]]:
+    """(receipt id, file name) of every annotation record on the remote (one listing)."""
+    remote.fs.invalidate_cache()
+    try:
+        found = remote.fs.find(f"{remote.base}/{ANNOTATIONS}")
+    except FileNotFoundError:
+        return set()
+    out = set()
+    for path in found:
+        parts = str(path).rstrip("/").rsplit("/", 2)
+        if len(parts) == 3 and ID_RE.match(parts[1]) and parts[2].endswith(".json"):
+            out.add((parts[1], parts[2]))
+    return out
+
+
+def _push_annotations(ledger: Ledger, where: Remote, receipts_there: set[str]) -> int:
+    """Upload the records of receipts the remote holds that it lacks; returns how many."""
+    from ledger.store import annotation
+
+    there = remote_annotations(where)
+    todo = [(rid, path) for rid, path in annotation.files(ledger.root)
+            if rid in receipts_there and (rid, path.name) not in there]
+    if todo:
+        where.fs.put([str(p) for _, p in todo], [where.annotation(rid, p.name) for rid, p in todo])
+    return len(todo)
+
+
+def _pull_annotations(ledger: Ledger, where: Remote, result: Shared) -> None:
+    """Fetch the remote's records about receipts this ledger holds that it lacks; each is checked against its
+    name (the sha256 of its bytes) and parsed before it is placed (a bad one is reported in ``damaged``)."""
+    import hashlib
+
+    from ledger.errors import BadInput
+    from ledger.store import annotation
+
+    here = set(ledger.ids())
+    have = {(rid, p.name) for rid, p in annotation.files(ledger.root)}
+    todo = sorted(k for k in remote_annotations(where) - have if k[0] in here)
+    for rid, name in todo:
+        try:
+            data = where.fs.cat_file(where.annotation(rid, name))
+        except Exception as exc:
+            raise _fail("pull from", where, exc) from exc
+        try:
+            if hashlib.sha256(data).hexdigest() + ".json" != name or annotation.parse(data).receipt_id != rid:
+                raise BadInput("its bytes do not match its name")
+        except BadInput as exc:
+            result.damaged[f"annotations/{rid}/{name}"] = f"annotation {name[:12]} of {rid[:12]}: {exc}"
+            continue
+        annotation.write(ledger.root, data)
+        result.annotations += 1
+
+
+def _annotations_note(result: Shared) -> str:
+    return f"; {result.annotations} note/archive record(s)" if result.annotations else ""
 
 
 def _damaged_note(result: Shared, where: str) -> str:
@@ -214,7 +284,9 @@ def pull(ledger: Ledger, remote: str | None = None) -> Shared:
     todo = sorted(there - here)
     result.already = len(there) - len(todo)
     if not todo:
-        result.message = f"pulled 0 receipt(s) from {where.label} ({result.already} already here)"
+        _pull_annotations(ledger, where, result)
+        result.message = (f"pulled 0 receipt(s) from {where.label} ({result.already} already here)"
+                          + _annotations_note(result) + _damaged_note(result, "on the remote"))
         return result
     ledger.root.mkdir(parents=True, exist_ok=True)
     landing = Ledger(ledger.root / f"{TMP_PREFIX}pull-{uuid.uuid4().hex[:12]}")
@@ -248,8 +320,9 @@ def pull(ledger: Ledger, remote: str | None = None) -> Shared:
             result.moved.append(receipt_id)
     finally:
         shutil.rmtree(landing.root, ignore_errors=True)
+    _pull_annotations(ledger, where, result)
     result.message = (f"pulled {len(result.moved)} receipt(s) from {where.label} ({result.already} already here)"
-                      + _damaged_note(result, "on the remote"))
+                      + _annotations_note(result) + _damaged_note(result, "on the remote"))
     return result
 
 

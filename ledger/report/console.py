@@ -51,7 +51,8 @@ def _plain(value: Any) -> str:
 
 
 def _status(r: dict[str, Any]) -> str:
-    return str(r["status"]) + (f" ({r['problems']} problems)" if r["problems"] else "")
+    return (str(r["status"]) + (f" ({r['problems']} problems)" if r["problems"] else "")
+            + (" (archived)" if r.get("archived") else ""))
 
 
 def _experts(r: dict[str, Any]) -> str:
@@ -73,12 +74,14 @@ LS_COLUMNS: dict[str, Callable[[dict[str, Any]], str]] = {
     "device": lambda r: _plain(r["device"]),
     "gpu": lambda r: _plain(r["gpu_model"]),
     "tags": lambda r: _plain(r["tags"]),
+    "notes": lambda r: _plain(r.get("notes") or None),
 }
 """`ledger ls --columns` names -> how a row shows in that column."""
 DEFAULT_LS_COLUMNS = ("id", "name", "status", "started", "time", "steps", "loss", "tok/s", "precision", "experts",
                       "tags")
 _RIGHT = {"time", "attempt", "steps", "loss", "tok/s"}
 _WRAP = {"name", "tags", "status", "gpu"}
+"""Columns whose text wraps; any other column (the runs table's, ``params.lr``) is kept whole too."""
 _PRIORITY = ("id", "name", "status", "loss", "tok/s", "steps", "time", "precision", "experts", "started", "tags")
 """Which default columns stay when the terminal is narrow (first ones first)."""
 MIN_NAME = 12
@@ -98,24 +101,64 @@ def fitting_columns(rows: list[dict[str, Any]], width: int, columns: Sequence[st
     return [c for c in columns if c in chosen]
 
 
+def table_columns(rows: list[dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """`ledger ls --columns` names as columns: the :data:`LS_COLUMNS`, or any column of the runs table
+    (:mod:`ledger.store.runs`: ``summary.*``, ``params.*``, ``workload.*``, ``tags.*``), by its full name or a
+    short one (``lr`` for ``params.lr``); an unknown one is a :class:`BadInput` naming the choices."""
+    from ledger.store.runs import columns as run_columns
+    from ledger.store.runs import resolve
+
+    available = run_columns([r["fields"] for r in rows if "fields" in r])
+    out: list[str] = []
+    unknown: list[str] = []
+    for name in names:
+        found = name if name in LS_COLUMNS else resolve(name, available)
+        (out if found else unknown).append(found or name)
+    if unknown or not out:
+        extra = [c for c in available if c.startswith(("params.", "workload.", "summary."))]
+        more = f"; or a column of these runs: {','.join(extra[:24])}" + (",..." if len(extra) > 24 else "") \
+            if extra else ""
+        raise BadInput(f"unknown column(s) {', '.join(map(repr, unknown)) or '(none given)'} for --columns; "
+                       f"choose from: {','.join(LS_COLUMNS)}{more}")
+    return out
+
+
+def field_text(value: Any) -> str:
+    """A runs-table value in a cell: numbers in 4 significant digits, times to the minute."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return _plain(value)
+
+
 def receipts_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> None:
     """`ledger ls`: ids whole (8 hex characters), long names and tags wrap instead of being cut; without
-    ``columns``, the default columns that fit the terminal's width."""
+    ``columns``, the default columns that fit the terminal's width; runs-table columns (``params.lr``) read the
+    rows' ``fields``."""
     if columns is None:
         columns = fitting_columns(rows, console.width)
-    unknown = [c for c in columns if c not in LS_COLUMNS]
+    unknown = [c for c in columns if c not in LS_COLUMNS and not any(c in r.get("fields", {}) for r in rows)
+               and not all("fields" in r for r in rows)]
     if unknown or not columns:
         raise BadInput(f"unknown column(s) {', '.join(map(repr, unknown)) or '(none given)'} for --columns; "
                        f"choose from: {','.join(LS_COLUMNS)}")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in columns:
-        if col in _WRAP:
+        if col in _WRAP or col not in LS_COLUMNS:
             table.add_column(col, overflow="fold", min_width=9 if col == "status" else min(MIN_NAME, len(col) + 2))
         else:
             table.add_column(col, no_wrap=True, justify="right" if col in _RIGHT else "left",
                              min_width=SHORT_ID if col == "id" else None)
+
+    def cell(r: dict[str, Any], col: str) -> str:
+        if col in LS_COLUMNS:
+            return LS_COLUMNS[col](r)
+        value = r.get("fields", {}).get(col)
+        return "-" if value is None else field_text(value)
+
     for r in rows:
-        table.add_row(*(terminal(LS_COLUMNS[c](r)) for c in columns))
+        table.add_row(*(terminal(cell(r, c)) for c in columns))
     console.print(table)
     console.print(f"{len(rows)} receipt(s)")
 
@@ -133,24 +176,10 @@ def human(path: str, value: Any) -> str:
     return _plain(value)
 
 
-def failure_lines(r: Receipt, log: Path | None = None) -> list[Text]:
-    """A failed run's error as the terminal shows it: its exception, where the lines are in the log, then the
-    traceback's last lines (escaped); nothing for a run without ``failure``."""
-    f = r.failure
-    if f is None:
-        return []
-    where = f"line {f.first_line} of " if f.first_line else ""
-    head = Text("failure ", style="red bold") + terminal(f.exception or "(no exception line; the output's last lines)")
-    out = [head]
-    if log is not None:
-        out.append(Text(f"  {where}") + terminal(str(log)))
-    out += [Text("  | ", style="dim") + terminal(line) for line in f.lines]
-    return out
-
-
 def receipt(r: Receipt, directory: Path | None = None) -> None:
-    """`ledger show`: bookkeeping first, then every non-empty field grouped by factor; the output log's path and a
-    failed run's error last (``directory``: the receipt's, where its files are)."""
+    """`ledger show`: bookkeeping first, then every non-empty field grouped by factor; the output log's path last
+    (``directory``: the receipt's, where its files are). A failed run's error follows (:mod:`ledger.report.failure`,
+    which the web view's receipt page shares)."""
     console.print(f"[bold]{r.id}[/bold]  {markup(r.name or 'unnamed')}  {markup(f'[{r.status}]')}  exit {r.exit_code}")
     console.print(f"started {r.started_at}  duration {fmt.duration(r.duration_s)}  attempt {r.attempt}")
     console.print(Text("command: ") + terminal(" ".join(r.command)))
@@ -185,9 +214,7 @@ def receipt(r: Receipt, directory: Path | None = None) -> None:
         console.print(Text("problem ", style="yellow") + terminal(f"{p.source}: {p.message}"))
     log = next((directory / a.path for a in r.artifacts if a.kind == "log"), None) if directory else None
     if log is not None:
-        console.print(Text("output: ") + terminal(str(log)))
-    for line in failure_lines(r, log):
-        console.print(line)
+        console.print(Text("output: ") + terminal(str(log)), soft_wrap=True)
 
 
 def rows_table(columns: list[str], rows: list[tuple[Any, ...]]) -> None:

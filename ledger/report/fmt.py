@@ -49,10 +49,15 @@ def delta(d: float | None, unit: str) -> str:
     return ("+" if d > 0 else "") + num(d) + (f" {unit}" if unit and unit not in ("loss", "fraction") else "")
 
 
-def ci(row: MetricRow) -> str:
-    """The row's confidence interval."""
+def ci(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> str:
+    """The row's confidence interval; ``too few runs (~N per side)`` when it is too wide to mean anything
+    (:mod:`ledger.report.intervals`; ``level`` and ``alpha``: the comparison's settings)."""
     if row.ci is None:
         return "-"
+    from ledger.report import intervals
+
+    if intervals.too_wide(row):
+        return intervals.too_few(row, level, alpha)
     lo, hi = row.ci
     if row.ci_of == "ratio":
         return f"[x{lo:.3f}, x{hi:.3f}]"
@@ -74,9 +79,13 @@ def share(s: float | None) -> str:
 
 
 def interval(lo_hi: tuple[float, float] | list[float] | None) -> str:
-    """A log-ratio interval as factors."""
+    """A log-ratio interval as factors; ``(too few runs)`` when it holds both a halving and a doubling."""
     if lo_hi is None:
         return "-"
+    from ledger.report import intervals
+
+    if intervals.log_too_wide(lo_hi):
+        return f"({intervals.TOO_FEW})"
     lo, hi = lo_hi
     return f"[x{math.exp(lo):.3f}, x{math.exp(hi):.3f}]"
 

@@ -211,7 +211,8 @@ def _metrics_table(c: Comparison) -> str:
             name += f'<br><span class="reason">{_e(row.note)}</span>'
         cells = [name, *(_e(x) for x in (
             fmt.value(row.a, row.unit), fmt.value(row.b, row.unit), fmt.delta(row.delta, row.unit),
-            fmt.ratio(row.ratio), fmt.ci(row), fmt.p(row.p_value), fmt.runs(row), fmt.threshold(row))), verdict]
+            fmt.ratio(row.ratio), fmt.ci(row, c.settings.level, c.settings.alpha), fmt.p(row.p_value), fmt.runs(row),
+            fmt.threshold(row))), verdict]
         rows.append("<tr>" + "".join(f'<td class="{"l" if i in (0, 9) else ""}">{x}</td>'
                                      for i, x in enumerate(cells)) + "</tr>")
     th = "".join(f'<th class="{"l" if i in (0, 9) else ""}">{_e(h)}</th>' for i, h in enumerate(head))

@@ -44,7 +44,8 @@ def render(c: Comparison) -> str:
         lines.append(
             f"| {'**' + _cell(row.name) + '**' if row.headline else _cell(row.name)} | {fmt.value(row.a, row.unit)}"
             f"{fmt.within(row.ci_a, row.a)} | {fmt.value(row.b, row.unit)}{fmt.within(row.ci_b, row.b)} | "
-            f"{fmt.delta(row.delta, row.unit)} | {fmt.ratio(row.ratio)} | {fmt.ci(row)} | {fmt.p(row.p_value)} | "
+            f"{fmt.delta(row.delta, row.unit)} | {fmt.ratio(row.ratio)} | "
+            f"{fmt.ci(row, c.settings.level, c.settings.alpha)} | {fmt.p(row.p_value)} | "
             f"{fmt.runs(row)} | {fmt.threshold(row)} | {verdict} |")
     lines += ["", "A verdict rests on the variance between runs (replicates, or the ledger's noise floor): one run "
               "per side is inconclusive. A change counts when it is significant and larger than the min change; "

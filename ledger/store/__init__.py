@@ -3,8 +3,9 @@
 layout (where everything lives: receipts in shards by id prefix), journal (the ids published, append-only),
 receipts (the :class:`Ledger` directory, reading and writing one receipt),
 merge and summary (staging rank files into tables and headline figures), energy, publish (one atomic
-rename, exactly once), integrity and verify (digests), index (DuckDB), refs, filters, links, attempts and
-reading (what every command reads through), faults (crash points for the tests).
+rename, exactly once), integrity and verify (digests), index (DuckDB), refs, filters (the --where language),
+links, attempts and reading (what every command reads through), runs (a receipt as one flat record: the columns of
+``Ledger.runs()``), annotation (notes and archive flags beside sealed receipts), faults (crash points for tests).
 
 May import: ``schemas``, ``ledger.errors``, ``ledger.redact``. Nothing above it (record, ingest, analyses,
 replay, planning, report, cli); what the recording path must add to a receipt it passes in (``publish``'s

@@ -890,15 +890,28 @@ def _catch_up(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int:
     :data:`READER_SYNC_BUDGET_S` has passed: then it says on stderr how many receipts this answer leaves out
     (the next reader or publisher indexes them) and returns that number. A reader thus never waits on the
     backlog of a flood of publishes, and one after the flood sees every receipt. Once a publish is under way it
-    stops after the round it is in (the reader among publishers, :func:`reader`)."""
-    import sys
+    stops after the round it is in (the reader among publishers, :func:`reader`). A long catch-up (an index of an
+    older version rebuilt, a pull of many receipts) is a :mod:`ledger.progress` task: a bar on a terminal."""
+    from ledger import progress
 
     deadline = time.monotonic() + READER_SYNC_BUDGET_S
     published = journal.size(ledger.root)
+    with progress.task("indexing receipts", unit="receipts") as advance:
+        return _catch_up_rounds(ledger, con, deadline, published, advance)
+
+
+def _catch_up_rounds(ledger: Ledger, con: duckdb.DuckDBPyConnection, deadline: float, published: int,
+                     advance: Callable[..., None]) -> int:
+    import sys
+
+    done = 0
     while True:
         # while publishes are under way every shard changed moments ago: listing them all (every id of the
         # ledger) is left to a reader after them; this one adds what the journal says was published
-        left = sync(ledger, con, limit=READER_SYNC_ROUND, shards=not journal.publishing_now(ledger.root)).left
+        result = sync(ledger, con, limit=READER_SYNC_ROUND, shards=not journal.publishing_now(ledger.root))
+        left = result.left
+        done += len(result.added)
+        advance(done, done + left)
         if not left:
             return 0
         if journal.publishing_now(ledger.root):
@@ -917,9 +930,12 @@ def _from_files(ledger: Ledger) -> duckdb.DuckDBPyConnection:
 
     sys.stderr.write(f"ledger: the index {ledger.index_path} is busy (another process writes it); reading the "
                      "receipt files directly\n")
+    from ledger import progress
+
     con = duckdb.connect(":memory:")
     _ensure_schema(con)
-    sync(ledger, con)
+    with progress.task("reading receipt files", unit="receipts") as advance:
+        sync(ledger, con, advance)
     con.execute("SET enable_external_access = false")
     _IN_MEMORY.add(con)
     return con

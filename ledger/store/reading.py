@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 
 from ledger.errors import BadInput, QueryRefused
-from ledger.store import filters, index
+from ledger.store import index
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
@@ -36,12 +36,30 @@ SORT_KEYS = {
 def _sort_key(column: str) -> str:
     key = SORT_KEYS.get(column, column)
     if key not in LIST_COLUMNS or key == "tags":
-        raise BadInput(f"cannot sort by {column!r}; choose one of: {', '.join(SORT_KEYS)}")
+        raise BadInput(f"cannot sort by {column!r}; choose one of: {', '.join(SORT_KEYS)}, or any column of the "
+                       "runs table (summary.*, params.*, workload.*, tags.*)")
     return key
 
 
 def sort_rows(rows: list[dict[str, Any]], column: str, descending: bool = False) -> list[dict[str, Any]]:
-    """Rows ordered by ``column`` (a :data:`SORT_KEYS` name or a row key); rows without a value go last."""
+    """Rows ordered by ``column`` (a :data:`SORT_KEYS` name, a row key, or, for rows listed with ``fields``, any
+    column of the runs table such as ``params.lr``); rows without a value go last. Values that are all numbers
+    (``params.*`` hold text) order as numbers."""
+    if SORT_KEYS.get(column, column) not in LIST_COLUMNS and rows and all("fields" in r for r in rows):
+        from ledger.store.filters import number
+
+        values = [r["fields"].get(column) for r in rows]
+        if all(v is None for v in values):
+            _sort_key(column)  # a column no run has: say which there are
+        numeric = all(v is None or number(str(v)) is not None for v in values)
+
+        def value(r: dict[str, Any]) -> Any:
+            v = r["fields"].get(column)
+            return number(str(v)) if numeric else str(v)
+
+        present = [r for r in rows if r["fields"].get(column) is not None]
+        missing = [r for r in rows if r["fields"].get(column) is None]
+        return sorted(present, key=value, reverse=descending) + missing
     key = _sort_key(column)
     present = [r for r in rows if r[key] is not None]
     missing = [r for r in rows if r[key] is None]
@@ -59,21 +77,41 @@ def existing(ledger: Ledger) -> Ledger:
 
 def list_receipts(
     ledger: Ledger, where: str | None = None, sort: str | None = None, descending: bool = False,
-    limit: int | None = None,
+    limit: int | None = None, *, archived: bool = True, fields: bool = False,
 ) -> list[dict[str, Any]]:
     """Summary rows of the receipts (oldest first; ``sort`` by a :data:`SORT_KEYS` column, rows without a
     value last; ``descending`` reverses), optionally filtered by a `--where` expression, the first ``limit``.
-    Without ``where`` the index sorts and limits: ``ledger ls --limit 20`` reads 20 rows, whatever the
-    ledger's size. The index is derived, so each listed row is checked against its files (the cheap check of
+    ``archived``: include archived receipts (`ledger ls --all`); every row says ``archived`` and how many
+    ``notes`` it has (:mod:`ledger.store.annotation`). ``fields``: each row also holds its run's columns
+    (``row["fields"]``, :func:`ledger.store.runs.record`: summary, tags, params, workload).
+    Without ``where`` and ``fields`` the index sorts and limits: ``ledger ls --limit 20`` reads 20 rows, whatever
+    the ledger's size. The index is derived, so each listed row is checked against its files (the cheap check of
     :func:`ledger.store.agreement.listing_findings`): ``index_problem`` says what disagrees, or None."""
+    from ledger.store import annotation
     from ledger.store.agreement import listing_findings
 
+    notes = annotation.everything(ledger.root)
+    hidden = set() if archived else {rid for rid, records in notes.items() if annotation.is_archived(records)}
     cols = ", ".join(f'"{c}"' for c in LIST_COLUMNS)
     with index.reader(ledger) as con:
-        if where is not None:
-            predicate = filters.parse(where)
+        if where is not None or fields:
+            from ledger.store import filters  # `ledger ls` without --where does not load the language
+
+            predicate = filters.parse(where) if where is not None else None
             found = con.execute(f"SELECT {cols}, receipt FROM receipts ORDER BY started_at, id").fetchall()
-            rows = [_row(row[:-1]) for row in found if predicate(json.loads(row[-1]))]
+            data = [_beside(json.loads(row[-1]), notes) for row in found]
+            if predicate is not None:
+                predicate.check_against(data)
+            rows: list[dict[str, Any]] = []
+            for row, receipt in zip(found, data, strict=True):
+                if receipt["id"] in hidden or (predicate is not None and not predicate(receipt)):
+                    continue
+                item = _row(row[:-1])
+                if fields:
+                    from ledger.store.runs import record
+
+                    item["fields"] = record(receipt, receipt["archived"], receipt["notes"])
+                rows.append(item)
             if sort is not None:
                 rows = sort_rows(rows, sort, descending)
             elif descending:
@@ -85,14 +123,29 @@ def list_receipts(
                 order = f'"{key}" {"DESC" if descending else "ASC"} NULLS LAST, started_at NULLS LAST, id'
             else:
                 order = "started_at DESC NULLS FIRST, id DESC" if descending else "started_at NULLS LAST, id"
-            found = con.execute(f"SELECT {cols} FROM receipts ORDER BY {order}"
-                                + (" LIMIT ?" if limit is not None else ""), [limit] if limit is not None else []
-                                ).fetchall()
+            skip = sorted(hidden)
+            clause = f" WHERE id NOT IN ({', '.join('?' for _ in skip)})" if skip else ""
+            found = con.execute(f"SELECT {cols} FROM receipts{clause} ORDER BY {order}"
+                                + (" LIMIT ?" if limit is not None else ""),
+                                [*skip, *([limit] if limit is not None else [])]).fetchall()
             rows = [_row(row) for row in found]
         problems = listing_findings(ledger, con, [row["id"] for row in rows])
-    for row in rows:
-        row["index_problem"] = problems.get(row["id"])
+    for item in rows:
+        item["index_problem"] = problems.get(item["id"])
+        records = notes.get(item["id"], ())
+        item["archived"] = annotation.is_archived(records)
+        item["notes"] = len(annotation.notes(records))
     return rows
+
+
+def _beside(receipt: dict[str, Any], notes: dict[str, Any]) -> dict[str, Any]:
+    """A receipt's data with what lies beside it: ``archived`` and the number of ``notes``."""
+    from ledger.store import annotation
+
+    records = notes.get(receipt.get("id", ""), ())
+    receipt["archived"] = annotation.is_archived(records)
+    receipt["notes"] = len(annotation.notes(records))
+    return receipt
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -64,6 +64,10 @@ def test_readme_python_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert lg.table("steps", refs=["hello"]).num_rows == 0  # a launch without the SDK logs no steps
     assert [r.name for r in lg.receipts()] == ["baseline", "bf16", "hello"]
     assert lg.get("bf16") == runs[0]
+    frame = ns["frame"]  # runs() with a where on a hyperparameter: the two SDK runs, not the launch without one
+    assert list(frame["name"]) == ["baseline", "bf16"] and list(frame["workload.optimizer.lr"]) == [3e-4, 3e-4]
+    assert list(frame["summary.tokens_per_s"]) == [1000.0, 1800.0] and "bf16" in printed
+    assert list(ns["curve"]["step"]) == list(range(1, 41)) and ns["curve"]["tokens"].iloc[-1] == 4096 * 40
     assert ns["plan"].to_json()["cluster_optimal"]["geometry"]["experts"] in (8, 16)
 
 

@@ -139,16 +139,30 @@ def register(cli: click.Group) -> None:
         result = facade_from(ctx, ledger_path).compare(side_a, side_b, allow_task_change=allow_task_change,
                                                        replicates=not no_replicates, noise_floor=not no_floor,
                                                        alpha=alpha, n_boot=n_boot, seed=seed, noise=noise)
+        from ledger.store import annotation
+
+        root = ledger_from(ctx, ledger_path).root
+        runs = {r.id: r.label for r in result.runs_a + result.runs_b}
+        notes = {rid: annotation.of(root, rid) for rid in runs}
         if as_json:
-            echo_json(result.to_json())
+            echo_json({**result.to_json(), "annotations": {rid: [a.to_json() for a in records]
+                                                     for rid, records in notes.items() if records}})
         elif markdown:
             from ledger.report.markdown import render as render_markdown
+            from ledger.report.notes import render_markdown as notes_markdown
 
-            click.echo(render_markdown(result), nl=False)
+            text = render_markdown(result)
+            extra = notes_markdown(notes, runs)
+            click.echo(text + ("\n" + extra if extra else ""), nl=False)
         else:
+            from rich.console import Console
+
+            from ledger.report.notes import render_compare
             from ledger.report.terminal import render as render_terminal
 
-            render_terminal(result)
+            console = Console(emoji=False)
+            render_terminal(result, console)
+            render_compare(notes, runs, console)
 
     @cli.command(cls=SidesCommand)
     @_selection

@@ -795,10 +795,13 @@ class LineCapture:
             self.trail.write()
 
     def feed_file(self, path: Path) -> None:
-        """The whole file, block by block."""
-        with path.open("rb") as f:
+        """The whole file, block by block (a :mod:`ledger.progress` task: a bar on a terminal)."""
+        from ledger import progress
+
+        with path.open("rb") as f, progress.task(f"reading {path.name}", path.stat().st_size, "bytes") as advance:
             for block in iter(lambda: f.read(BLOCK), b""):
                 self.feed(block)
+                advance(f.tell())
         self.close()
 
     def best(self) -> Rows | None:

@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ledger.errors import BadInput, DamagedReceipt, LedgerError
-from ledger.report.web import pages, views
+from ledger.report.web import overlay, pages, table, views
 from ledger.store import index
 from ledger.store.receipts import Ledger
 
@@ -72,18 +72,30 @@ def create_app(ledger: Ledger, poll_s: float = 2.0, hosts: Sequence[str] = LOCAL
         reason = index.unverified(ledger)
         return page if reason is None else pages.unverified(page, reason)
 
-    def table(request: Request) -> Response:
+    def receipts_table(request: Request) -> Response:
+        return guarded("receipts", lambda: table.table_page(ledger, request.query_params, int(poll_s * 1000)))
+
+    def table_api(request: Request) -> Response:
         q = request.query_params
-        return guarded("receipts", lambda: views.table_page(ledger, q.get("where", ""), q.get("sort") or None,
-                                                            q.get("desc") == "1"))
+        state = table.refresh_state(ledger, table.TableQuery.from_params(q), q.get("since"))
+        return JSONResponse(state, headers={"Cache-Control": "no-store"})
 
     def receipt(request: Request) -> Response:
         ref = request.path_params["ref"]
         return guarded("receipt", lambda: views.receipt_page(ledger, ref))
 
-    def overlay(request: Request) -> Response:
-        refs = request.query_params.getlist("id")
-        return guarded("overlay", lambda: views.overlay_page(ledger, refs))
+    def overlay_runs(request: Request) -> Response:
+        q = request.query_params
+        refs, chosen = q.getlist("id"), [m for m in q.getlist("m") if m]
+
+        def make() -> str:
+            try:
+                smooth = float(q.get("smooth") or 0)
+            except ValueError as exc:
+                raise BadInput(f"smooth must be a number from 0 to 0.99, not {q.get('smooth')!r}") from exc
+            return overlay.overlay_page(ledger, refs, chosen, q.get("x") or "auto", smooth)
+
+        return guarded("overlay", make)
 
     def compare(request: Request) -> Response:
         q = request.query_params
@@ -109,9 +121,10 @@ def create_app(ledger: Ledger, poll_s: float = 2.0, hosts: Sequence[str] = LOCAL
                         headers={"Cache-Control": "public, max-age=86400"})
 
     routes = [
-        Route("/", table),
+        Route("/", receipts_table),
+        Route("/api/table", table_api),
         Route("/receipt/{ref}", receipt),
-        Route("/overlay", overlay),
+        Route("/overlay", overlay_runs),
         Route("/compare", compare),
         Route("/live", live_list),
         Route("/live/{ref}", live),

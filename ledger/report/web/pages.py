@@ -31,6 +31,15 @@ th a{color:#222;text-decoration:none}th a.on{color:#1f5fa8}
 .note{color:#666}.live{color:#c0261b;font-weight:600}
 input[type=text]{width:520px;padding:4px}code{font-size:12px}
 .factors{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:4px 18px}
+.failure pre{background:#fdf3f2;border:1px solid #f0c9c5;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+#notes ul{margin:4px 0}#notes li.archive,#notes li.unarchive{color:#8a6d00}
+tr.archived td{color:#888}tr.filters td{padding:1px 2px}input.colfilter{width:100%;min-width:60px;box-sizing:border-box}
+details#columns fieldset,#metrics fieldset{display:inline-block;vertical-align:top;border:1px solid #ddd;margin:4px}
+details#columns label,#metrics label{display:block;white-space:nowrap}#metrics label.inline{display:inline}
+details.help pre{font-size:12px;background:#f6f6f6;padding:6px}
+ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 16px;margin:8px 0}
+ul.legend li.hidden{opacity:.4}.swatch{display:inline-block;width:24px;height:8px;margin-right:6px;
+vertical-align:middle}.legend .toggle{font-size:11px;padding:0 4px}
 """
 
 DRAW = """
@@ -90,7 +99,7 @@ def error_page(title: str, message: str) -> str:
     return page(title, f'<p class="error">{e(message)}</p><p><a href="/">back to the receipts</a></p>')
 
 
-# the receipts table ------------------------------------------------------------------------------------------
+# the receipts table's built-in columns (the table: ledger.report.web.table) -----------------------------------
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "name"), ("status", "status"), ("started", "started"), ("time", "time"), ("steps", "steps"),
@@ -99,7 +108,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 _NUMERIC = {"time", "steps", "loss", "tok/s"}
 
 
-def _cell(col: str, r: Mapping[str, Any]) -> str:
+def cell(col: str, r: Mapping[str, Any]) -> str:
     value = {
         "name": r["name"] or "-",
         "status": r["status"] + (f" ({r['problems']} problems)" if r["problems"] else ""),
@@ -116,58 +125,17 @@ def _cell(col: str, r: Mapping[str, Any]) -> str:
     return f"<td{klass}>{e(value)}</td>"
 
 
-def receipts(rows: Sequence[Mapping[str, Any]], where: str, sort: str | None, desc: bool, live: int,
-             error: str | None = None, damaged: Sequence[str] = ()) -> str:
-    """The receipts table: a filter box (``--where``), sortable columns, a checkbox per row and two
-    buttons: overlay the selected runs' curves, or compare the two selected runs. ``damaged``: a sentence for each
-    listed receipt whose files or index row disagree (shown above the table)."""
-    parts = [
-        '<form method="get" action="/" id="filter">'
-        f'<label>where <input type="text" name="where" value="{e(where)}" '
-        'placeholder="precision=bf16 and tag.sweep=lr and summary.final_loss&lt;3"></label> '
-        f'<input type="hidden" name="sort" value="{e(sort or "")}">'
-        f'<input type="hidden" name="desc" value="{"1" if desc else ""}">'
-        '<button type="submit">filter</button></form>'
-    ]
-    if error:
-        parts.append(f'<p class="error">{e(error)}</p>')
-    parts += [f'<p class="error damaged">{e(d)}</p>' for d in damaged]
-    if live:
-        parts.append(f'<p class="live"><a href="/live">{live} run(s) in progress</a></p>')
-    parts.append('<form method="get" action="/overlay" id="select">'
-                 '<p><button type="submit" id="overlay">overlay curves of the selected runs</button> '
-                 '<button type="submit" id="compare" formaction="/compare">compare the two selected runs</button> '
-                 f'<span class="note">{len(rows)} receipt(s)</span></p>')
-    head = ['<th></th><th>id</th>']
-    for key, title in COLUMNS:
-        on = sort == key
-        link = url("/", where=where or None, sort=key, desc="1" if on and not desc else None)
-        arrow = (" \u25bc" if desc else " \u25b2") if on else ""
-        head.append(f'<th><a href="{link}" class="{"on" if on else ""}" data-sort="{e(key)}">{e(title)}{arrow}</a>'
-                    "</th>")
-    head.append("<th>tags</th>")
-    parts.append(f'<table id="receipts"><thead><tr>{"".join(head)}</tr></thead><tbody>')
-    for r in rows:
-        rid = str(r["id"])
-        tags = ", ".join(f"{k}={v}" for k, v in (r["tags"] or {}).items())
-        parts.append(
-            f'<tr data-id="{e(rid)}"><td><input type="checkbox" name="id" value="{e(rid)}"></td>'
-            f'<td><a href="{url("/receipt/" + rid)}"><code>{e(rid[:8])}</code></a></td>'
-            + "".join(_cell(key, r) for key, _ in COLUMNS) + f"<td>{e(tags)}</td></tr>")
-    parts.append("</tbody></table></form>")
-    return page("receipts", "".join(parts))
-
-
 # one receipt -------------------------------------------------------------------------------------------------
 
 def receipt(title: str, header: Sequence[tuple[str, str]], factors: Mapping[str, Sequence[tuple[str, str]]],
             summary: Sequence[tuple[str, str]], figs: Sequence[tuple[str, dict[str, Any]]], goodput: str,
-            notes: Sequence[str] = ()) -> str:
+            notes: Sequence[str] = (), top: str = "") -> str:
     """A receipt: bookkeeping, plots, the goodput timeline, summary, then stack and workload by factor.
     ``goodput`` is an inline SVG made by :func:`ledger.report.goodput.timeline_svg` (its texts escaped
-    there) or an escaped sentence."""
+    there) or an escaped sentence; ``top``: sections rendered (and escaped) elsewhere, shown under the bookkeeping
+    (why a failed run failed: :mod:`ledger.report.failure`; the team's notes: :mod:`ledger.report.notes`)."""
     kv = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in header)
-    parts = [f'<table id="bookkeeping">{kv}</table>']
+    parts = [f'<table id="bookkeeping">{kv}</table>', top]
     parts += [f'<p class="note">{e(n)}</p>' for n in notes]
     parts.append("<h2>Metrics</h2>" + figures(figs))
     parts.append(f'<h2>Goodput</h2><div id="goodput">{goodput}</div>')
@@ -179,12 +147,6 @@ def receipt(title: str, header: Sequence[tuple[str, str]], factors: Mapping[str,
         parts.append(f'<div><h3>{e(factor)}</h3><table class="factor">{rows}</table></div>')
     parts.append("</div>")
     return page(title, "".join(parts))
-
-
-def overlay(labels: Sequence[tuple[str, str]], figs: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """Curves of N runs overlaid; ``labels``: (id, label) of each run."""
-    items = "".join(f'<li><a href="{url("/receipt/" + rid)}">{e(label)}</a></li>' for rid, label in labels)
-    return page(f"{len(labels)} runs overlaid", f"<ul id=\"runs\">{items}</ul>" + figures(figs))
 
 
 def live_list(runs: Sequence[tuple[str, str, str]]) -> str:

@@ -50,7 +50,13 @@ def _e(text: str) -> str:
 def _layout(title: str, xlabel: str, ylabel: str, **extra: Any) -> dict[str, Any]:
     return {"title": {"text": _e(title), "font": {"size": 14}}, "xaxis": {"title": {"text": _e(xlabel)}},
             "yaxis": {"title": {"text": _e(ylabel)}}, "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
-            "height": 340, "legend": {"orientation": "h", "y": -0.25}, **extra}
+            "height": 340, "legend": LEGEND, **extra}
+
+
+LEGEND = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"}
+"""Legends beside the plot, outside its area (Plotly widens the right margin for them): a horizontal legend under
+the plot at a fixed height covered the x axis title once its entries wrapped (8 runs). Pages of several runs
+draw one legend of their own instead (:mod:`ledger.report.web.overlay`)."""
 
 
 def lines(series: Sequence[Line], title: str, xlabel: str, ylabel: str, markers: bool = False) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import numpy as np
 from ledger.errors import BadInput, LedgerError
 from ledger.report import fmt
 from ledger.report.web import pages, plots
-from ledger.store import index, reading, running
+from ledger.store import index, running
 from ledger.store.receipts import Ledger
 from ledger.store.refs import resolve
 
@@ -33,21 +33,6 @@ def _x(run: Any, axis: str) -> np.ndarray:
     if axis == "time":
         return np.asarray(run.train_time, dtype=np.float64)
     return np.asarray(run.steps[axis], dtype=np.float64)
-
-
-def table_page(ledger: Ledger, where: str, sort: str | None, desc: bool) -> str:
-    """The receipts table, filtered and sorted; a bad filter is shown on the page, never a crash."""
-    error = None
-    try:
-        rows = reading.list_receipts(ledger, where or None)
-        if sort:
-            rows = reading.sort_rows(rows, sort, desc)
-    except LedgerError as exc:
-        error = str(exc)
-        rows = []
-    damaged = [f"receipt {r['id'][:12]} ({r['name'] or 'unnamed'}): {r['index_problem']}; its pages are refused "
-               f"until `ledger verify {r['id'][:12]}` passes" for r in rows if r.get("index_problem")]
-    return pages.receipts(rows, where, sort, desc, len(running.runs_in_progress(ledger)), error, damaged)
 
 
 def receipt_page(ledger: Ledger, ref: str) -> str:
@@ -72,10 +57,21 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
         except LedgerError as exc:
             goodput = f'<p class="note">unavailable: {pages.e(exc)}</p>'
     figs: list[tuple[str, dict[str, Any]]] = []
+    drawn: set[tuple[str, str]] = set()
     for y, axis, title, xlabel in CURVES:
-        if run.n_steps and np.isfinite(np.asarray(run.steps[y], dtype=np.float64)).any():
-            line = plots.Line(run.label, _x(run, axis), np.asarray(run.steps[y], dtype=np.float64))
-            figs.append((f"curve-{y}-{axis}", plots.lines([line], title, xlabel, y)))
+        values = np.asarray(run.steps[y], dtype=np.float64) if run.n_steps else np.empty(0)
+        if not np.isfinite(values).any():
+            continue
+        xs = _x(run, axis)
+        if not (np.isfinite(xs) & np.isfinite(values)).any():  # a wrapped run that printed no tokens or times
+            missing = "tokens" if axis == "tokens" else "step times"
+            axis, xs = "step", _x(run, "step")
+            title, xlabel = f"{title.split(' vs ')[0]} vs step (the run logged no {missing})", "step"
+        if (y, axis) in drawn:
+            continue
+        drawn.add((y, axis))
+        line = plots.Line(run.label, xs, values)
+        figs.append((f"curve-{y}-{axis}", plots.lines([line], title, xlabel, y)))
     evals: dict[str, list[tuple[float, float]]] = {}
     for ev in run.evals:
         key = "/".join(str(p) for p in (ev["split"], ev["source"] or "all", ev["metric"]) if p)
@@ -110,27 +106,12 @@ def receipt_page(ledger: Ledger, ref: str) -> str:
     ordered: dict[str, list[tuple[str, str]]] = {f.value: by_factor[f.value] for f in Factor if f.value in by_factor}
     summary = [(k, human(k, v)) for k, v in r.summary.model_dump().items()]
     notes = [f"problem: {p.source}: {p.message}" for p in r.problems]
-    return pages.receipt(f"receipt {r.name or r.id[:8]}", header, ordered, summary, figs, goodput, notes)
+    from ledger.report import failure
+    from ledger.report import notes as team_notes
+    from ledger.store import annotation
 
-
-def overlay_page(ledger: Ledger, refs: list[str]) -> str:
-    """The curves of any number of runs on shared axes."""
-    from ledger.analyses.series import load_run
-    from ledger.store.agreement import check_involved
-
-    if not refs:
-        raise BadInput("select at least one run to overlay (tick its box in the receipts table)")
-    with index.reader(ledger) as con:
-        ids = list(dict.fromkeys(resolve(con, ref) for ref in refs))
-        check_involved(ledger, con, ids, store=False)  # as `ledger report` does: nothing drawn from damage
-        runs = [load_run(con, rid) for rid in ids]
-    figs = []
-    for y, axis, title, xlabel in CURVES:
-        lines = [plots.Line(r.label, _x(r, axis), np.asarray(r.steps[y], dtype=np.float64)) for r in runs
-                 if r.n_steps and np.isfinite(np.asarray(r.steps[y], dtype=np.float64)).any()]
-        if lines:
-            figs.append((f"overlay-{y}-{axis}", plots.lines(lines, title, xlabel, y)))
-    return pages.overlay([(r.id, r.label) for r in runs], figs)
+    top = failure.render_html(r) + team_notes.render_html(annotation.of(ledger.root, r.id))
+    return pages.receipt(f"receipt {r.name or r.id[:8]}", header, ordered, summary, figs, goodput, notes, top)
 
 
 def compare_page(ledger: Ledger, refs: list[str]) -> str:

@@ -200,3 +200,41 @@ def test_push_errors_are_one_line(tmp_path: Path, s3: Any, source: dict[str, str
         assert proc.returncode == 1, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("Error: "), proc.stderr
         assert remote in proc.stderr and "the local ledger is untouched" in proc.stderr
+
+
+def test_notes_and_archive_flags_travel_with_push_and_pull(tmp_path: Path, source: dict[str, str], clone: Any
+                                                            ) -> None:
+    """Annotations are records beside the receipts, shared like them: a set that only grows, each record named
+    by its digest and checked on arrival; the receipts themselves are never rewritten."""
+    remote = tmp_path / "remote"
+    here = ledger.open(clone(tmp_path / "here", "a", "b"))
+    here.note("a", "ran on a degraded node", author="alice")
+    here.archive("b", reason="mistyped launch", author="bob")
+    sealed = _tree(Ledger(here.root).path(source["a"]))
+    first = share.push(Ledger(here.root), str(remote))
+    assert first.annotations == 2 and "2 note/archive record(s)" in first.message
+    assert share.push(Ledger(here.root), str(remote)).annotations == 0  # nothing twice
+
+    there = ledger.open(tmp_path / "there")
+    pulled = share.pull(Ledger(there.root), str(remote))
+    assert pulled.annotations == 2
+    assert [(n.kind, n.text, n.author) for n in there.notes("a")] == [("note", "ran on a degraded node", "alice")]
+    assert list(there.runs()["name"]) == ["a"]  # b arrived archived
+    assert sorted(there.runs(archived=True)["name"]) == ["a", "b"]
+    assert _tree(Ledger(here.root).path(source["a"])) == sealed
+
+    # a note added elsewhere comes back; two clones' records merge as a union, nothing overwritten
+    there.note("a", "confirmed: ECC errors on gpu3", author="carol")
+    there.unarchive("b", author="carol")
+    assert share.push(Ledger(there.root), str(remote)).annotations == 2
+    back = share.pull(Ledger(here.root), str(remote))
+    assert (back.moved, back.annotations) == ([], 2)
+    assert [n.author for n in here.notes("a")] == ["alice", "carol"]
+    assert sorted(here.runs()["name"]) == ["a", "b"]  # unarchived by the later record
+
+    # a record whose bytes do not match its name is left out and said
+    bad = remote / share.ANNOTATIONS / source["a"] / ("0" * 64 + ".json")
+    bad.write_bytes(next((remote / share.ANNOTATIONS / source["a"]).glob("*.json")).read_bytes())
+    third = share.pull(Ledger(clone(tmp_path / "third", "a")), str(remote))
+    assert third.annotations == 4  # a's two notes, and b's two flags (b is pulled too)
+    assert list(third.damaged) == [f"annotations/{source['a']}/{'0' * 64}.json"]

@@ -94,8 +94,8 @@ def _looks_like(png: bytes, lines: tuple[str, ...], page: str, only: bool = True
     """The screenshot shows the header bar (1280 px wide, about 35 high) and a drawn line of each colour
     (``only``: and no line of the other run colours). A colour counts from 100 pixels: in the overlay the
     three runs' curves coincide (one configuration), the last run's line covers the others, and the first two
-    colours show in the five plots' legends alone (150 pixels each, 30 a legend; the threshold was 150 and
-    failed CI at exactly 150). That the overlay has three traces is asserted on the page's data."""
+    colours show in the run list's swatches alone (24 x 8 pixels each: the overlay has one legend above its plots,
+    not one per plot). That the overlay has three traces is asserted on the page's data."""
     assert _pixels(png, HEADER) > 1280 * 25, f"the {page} page has no header bar"
     for colour in lines:
         assert _pixels(png, colour) > 100, f"the {page} page draws no {colour} line"

@@ -106,5 +106,6 @@ def test_a_failed_wrapped_run_says_why_in_its_receipt_its_last_line_and_show(tmp
     assert failure["lines"][0] == "Traceback (most recent call last):" and "hf_abc" not in shown.stdout
     text = subprocess.run([str(BIN / "ledger"), "show", "boom"], cwd=tmp_path, env=env | {"COLUMNS": "300"},
                           capture_output=True, text=True, timeout=120, check=True).stdout
-    assert f"output: {log}" in text and f"  line {line} of {log}" in text
-    assert "failure KeyError: 'token <redacted> was refused'" in text and "  | Traceback (most recent call" in text
+    assert f"output: {log}" in text and f"(from output.log, line {line})" in text
+    assert "why it failed: failed: KeyError: 'token <redacted> was refused' (exit code 1)" in text
+    assert "  Traceback (most recent call last):" in text
