@@ -2,13 +2,13 @@
 differ only in the seed.
 
 Records ``--pairs`` pairs of ``runners.moe --config tiny`` runs under `ledger record`, each pair two seeds of
-one configuration (pair k uses a no-op override ``--set delay_s=<tiny k-dependent value>`` so that the
-pairs are distinct configurations and each pair's runs are replicates of each other), interleaved so that
-the machine's drift falls on all pairs alike. Then, for every pair, `compare` judges its two runs (a
-comparison of one configuration is tested like any other: two replicates that differ are a finding), one run
-per side, with the noise floor the ledger learned from the *other* pairs (each a replicate group of two runs).
-A false alarm is a "better"/"worse" verdict on throughput, step time (median or p90) or
-loss at matched tokens.
+one configuration (seeds 2k and 2k + 1: every pair its own; pair k uses a no-op override ``--set
+delay_s=<tiny k-dependent value>`` so that the pairs are distinct configurations and each pair's runs are
+replicates of each other), interleaved so that the machine's drift falls on all pairs alike. Then, for every
+pair, `compare` judges its two runs (a comparison of one configuration is tested like any other: two replicates
+that differ are a finding), one run per side, with the noise floor the ledger learned from the *other* pairs
+(each a replicate group of two runs). A false alarm is a "better"/"worse" verdict on throughput, step time
+(median or p90) or loss at matched tokens.
 
 Run twice: on the machine as it is, and with a CPU-bound load process beside it (``--load``), because real
 ledgers are recorded on shared machines.
@@ -65,8 +65,9 @@ def run(pairs: int, steps: int, load: bool) -> dict[str, object]:
     try:
         start = time.time()
         for seed in (0, 1):  # interleaved: every pair's first run, then every pair's second run
-            for k in range(pairs):
-                record(ledger, f"p{k}-s{seed}", seed, k + 1, steps)
+            for k in range(pairs):  # each pair its own seeds: on a CPU the loss and routing are functions of the
+                # seed, and pairs that all used seeds 0 and 1 would measure one seed difference, not twelve
+                record(ledger, f"p{k}-s{seed}", 2 * k + seed, k + 1, steps)
         recorded = time.time() - start
     finally:
         if burner is not None:

@@ -102,7 +102,7 @@ def run_data(s: Series, rid: str | None = None) -> Any:
 
 def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tuple[Any, ...] = (),
                 environment: dict[str, str] | None = None, commit: str | None = None,
-                hostname: str | None = None) -> str:
+                hostname: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Write the run through the real SDK (as a training process under ``ledger record`` would) and publish
     its staging directory (with ``environment`` as the wrapper's kept environment variables, ``commit`` as
     the code's commit and ``hostname`` as the machine's name); returns the receipt id."""
@@ -127,7 +127,8 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
         environment=environment or {}).model_dump(mode="json")))
     (run_dir / WRAPPER_FILE).write_text(json.dumps({
         "name": name or f"{s.config}-s{s.seed}", "run_uuid": run_dir.name, "started_at": started.isoformat(),
-        "attempt": 1, "command": ["python", "train.py", "--variant", s.config, "--seed", str(s.seed)]}))
+        "attempt": 1, "command": ["python", "train.py", "--variant", s.config, "--seed", str(s.seed)],
+        "tags": tags or {}}))
     sdk = Run(run_dir, rank=0, background=False)
     sdk.set_workload(workload(s))
     for i, step in enumerate(s.step):

@@ -256,8 +256,9 @@ def _notes(diff: FactorDiff, same_config: bool, identical: bool, comparable: boo
     if same_config:
         found = [r for r in rows if r.verdict in ("better", "worse", "higher", "lower")]
         if found:
-            notes.append("finding: two runs of one configuration differ in " + ", ".join(r.name for r in found)
-                         + ": compare what differed between the runs (host, load, drivers) before trusting either")
+            notes.append("finding: A and B are one configuration and differ in " + ", ".join(r.name for r in found)
+                         + ": compare what differed between their runs (host, load, drivers, the time they ran: "
+                           "`ledger history` finds when) before trusting either")
     for run in runs:
         if run.n_steps == 0:
             notes.append(f"{run.label} has no step rows: its step metrics are unavailable")

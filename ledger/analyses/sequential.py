@@ -42,7 +42,7 @@ The sequence stops when the speed is decided, or at the cap (then the speed is i
 in the same rounds: when it differs (its test rejects) the verdict says so, decided, whether before or with the
 speed; when it has not, its interval is reported as it stands. It does not hold the sequence: showing two losses
 equal within 1% takes far more rounds than a speed verdict (in the simulations, 11-12 rounds whatever the speed
-effect, against 6-8 for the speed alone), and `compare` then says how many runs it would take.
+effect, against 4-6 for the speed alone), and `compare` then says how many runs it would take.
 """
 
 from __future__ import annotations
