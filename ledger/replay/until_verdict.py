@@ -87,6 +87,8 @@ class Result:
     """The run-to-run SD the fixed design is sized for (log scale)."""
     runs: list[tuple[str, str]] = field(default_factory=list)
     """Receipt ids (A, B) of each round."""
+    names: tuple[str, str] = ("A", "B")
+    """What to call A and B in the summary (the refs the command was given)."""
 
     @property
     def fixed_hours(self) -> float | None:
@@ -102,8 +104,9 @@ class Result:
         from ledger.analyses.metrics import ratio_words
 
         s = self.speed()
-        what = (f"B runs at {ratio_words(s.ratio)}" if s.ratio is not None and s.verdict in ("better", "worse")
-                else f"speed: {s.verdict}" + (f" ({s.ratio:.3f}x)" if s.ratio is not None else ""))
+        a, b = self.names
+        what = (f"{b} runs at {ratio_words(s.ratio, a)}" if s.ratio is not None and s.verdict in ("better", "worse")
+                else f"speed: {s.verdict}" + (f" ({b}/{a} {s.ratio:.3f}x)" if s.ratio is not None else ""))
         how = "decided" if self.stopped == "decided" else f"stopped at the cap of {self.cap} rounds ({self.cap_from})"
         return f"{self.rounds} rounds, {how}: {what}: {s.rule}"
 
@@ -129,7 +132,7 @@ class Result:
                 "cap_from": self.cap_from, "headlines": [h.to_json() for h in self.headlines],
                 "device_hours": self.hours, "device": self.device, "fixed_rounds": self.fixed_rounds,
                 "fixed_device_hours": self.fixed_hours, "noise_sd": self.noise_sd, "runs": [list(r) for r in self.runs],
-                "summary": self.summary(), "cost": self.cost()}
+                "names": list(self.names), "summary": self.summary(), "cost": self.cost()}
 
 
 def _hours(run: RunData) -> tuple[float | None, str]:
@@ -241,7 +244,8 @@ def run_ab(ledger: Ledger, a: Receipt, b: Receipt, options: Options, *, same_see
         sd, prior = measured_noise(ledger, a, b)
         if sd is not None:
             options = replace(options, noise_sd=sd, prior_df=prior)
-    return until_verdict(record_round, options, report)
+    result = until_verdict(record_round, options, report)
+    return replace(result, names=(a.name or a.id[:12], b.name or b.id[:12]))
 
 
 def _state(h: Headline) -> str:

@@ -93,7 +93,7 @@ def test_a_peeking_t_test_would_not_be_valid_and_the_mixture_is() -> None:
     from scipy import stats
 
     rng = np.random.default_rng(11)
-    n, t_alarms, mixture_alarms = 400, 0, 0
+    n, t_alarms, mixture_alarms = 200, 0, 0
     for _ in range(n):
         a, b = NOISE * rng.standard_normal(19), NOISE * rng.standard_normal(19)
         t_alarms += any(stats.ttest_ind(a[:k], b[:k]).pvalue < 0.04 for k in range(2, 20))
@@ -198,4 +198,6 @@ def test_ab_until_verdict_stops_when_the_speed_is_decided(ledger_cli: Any, tmp_p
     result = json.loads(out.stdout)
     assert result["verdict"] == "better" and 2 <= result["rounds"] <= 6, result
     assert result["stopped"] == "decided" and len(result["runs"]) == result["rounds"]
+    assert result["summary"].startswith(f"{result['rounds']} rounds, decided: fast runs at ")
+    assert "the speed of slow (" in result["summary"] and "% faster)" in result["summary"]
     assert "round 2: tokens/s per device B/A" in out.stderr
