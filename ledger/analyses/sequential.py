@@ -63,6 +63,11 @@ PHI = 0.5
 """Prior precision of the standardized effect ``delta / sigma`` in the mixture (its prior SD is 1.41)."""
 SPEED = "tokens/s per device"
 LOSS = "loss @ matched tokens"
+SPEED_ROWS = (SPEED, "steps/s", "step time (median)")
+"""The speed headline: the first of these rows every run of the sequence has (a wrapped run that prints no token
+counts has no tokens/s, but its steps/s or step times)."""
+LOSS_ROWS = (LOSS, "loss @ matched steps")
+"""The loss headline, likewise (never the loss at matched wall time: a faster run is ahead there by its speed)."""
 MIN_ROUNDS = 2
 """Rounds before the first test (two runs per side: the model's first degree of freedom beyond the mean)."""
 
@@ -140,6 +145,8 @@ class Headline:
     """One headline's state after a round."""
 
     name: str
+    role: str
+    """speed or loss."""
     alpha: float
     """Its share of alpha (the interval's level is 1 - alpha)."""
     threshold: float
@@ -168,7 +175,8 @@ class Headline:
         return self.status in ("significant", "futile", "identical")
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "alpha": self.alpha, "level": 1 - self.alpha, "threshold": self.threshold,
+        return {"name": self.name, "role": self.role, "alpha": self.alpha, "level": 1 - self.alpha,
+                "threshold": self.threshold,
                 "status": self.status, "verdict": self.verdict, "rule": self.rule, "ratio": self.ratio,
                 "interval": list(self.interval) if self.interval else None, "p_value": self.p_value, "sd": self.sd,
                 "a": self.a, "b": self.b}
@@ -179,7 +187,7 @@ def headline_metrics() -> dict[str, Metric]:
     found: dict[str, Metric] = {}
     for provider in builtin_metrics.BUILTIN[:2]:
         for m in provider.build([], []):
-            if m.spec.name in (SPEED, LOSS):
+            if m.spec.name in (*SPEED_ROWS, *LOSS_ROWS):
                 found[m.spec.name] = m
     return found
 
@@ -217,9 +225,10 @@ def _loss_values(metric: Metric, rounds: Sequence[tuple[RunData, RunData]]) -> t
 
 
 def judge_headline(name: str, xa: Sequence[float], xb: Sequence[float], alpha: float, threshold: float,
-                   direction: str, phi: float = PHI) -> Headline:
+                   direction: str, phi: float = PHI, role: str = "speed") -> Headline:
     """One headline after the rounds so far (its per-round values on each side)."""
-    base = Headline(name, alpha, threshold, direction, "undecided", "inconclusive", "", a=list(xa), b=list(xb))
+    base = Headline(name, role, alpha, threshold, direction, "undecided", "inconclusive", "", a=list(xa),
+                    b=list(xb))
     if list(xa) == list(xb):
         return replace(base, status="identical", verdict="identical", rule="equal values in every round")
     test = mixture_test(np.log(np.asarray(xa, dtype=np.float64)), np.log(np.asarray(xb, dtype=np.float64)), alpha,
@@ -254,37 +263,56 @@ def interval_text(interval: tuple[float, float]) -> str:
 
 
 def alphas(alpha: float) -> dict[str, float]:
-    """Each headline's share of alpha (speed :data:`SPEED_WEIGHT` to the loss's 1)."""
+    """Each headline's share of alpha, by role (speed :data:`SPEED_WEIGHT` to the loss's 1)."""
     speed = alpha * SPEED_WEIGHT / (SPEED_WEIGHT + 1)
-    return {SPEED: speed, LOSS: alpha - speed}
+    return {"speed": speed, "loss": alpha - speed}
 
 
 def judge(rounds: Sequence[tuple[RunData, RunData]], alpha: float = 0.05, phi: float = PHI,
           min_change: float | None = None) -> list[Headline]:
-    """Both headlines after the rounds so far (``rounds``: (A run, B run) of each round, in order).
-    ``min_change`` overrides the speed's minimum change (the metric's threshold, 5%)."""
+    """The speed and the loss after the rounds so far (``rounds``: (A run, B run) of each round, in order), each
+    by the first of its rows (:data:`SPEED_ROWS`, :data:`LOSS_ROWS`) that every run has. ``min_change``
+    overrides the speed's minimum change (the metric's threshold, 5%)."""
     metrics = headline_metrics()
     shares = alphas(alpha)
     out = []
-    for name, values in ((SPEED, _speed_values), (LOSS, _loss_values)):
-        metric = metrics[name]
-        spec = metric.spec
-        threshold = min_change if min_change is not None and name == SPEED else spec.threshold
-        got = values(metric, rounds)
-        if isinstance(got, str):
-            out.append(Headline(name, shares[name], threshold, spec.direction, "unavailable", "unavailable", got))
-            continue
-        out.append(judge_headline(name, got[0], got[1], shares[name], threshold, spec.direction, phi))
+    for role, names, values in (("speed", SPEED_ROWS, _speed_values), ("loss", LOSS_ROWS, _loss_values)):
+        first: Headline | None = None
+        for name in (n for n in names if n in metrics):
+            spec = metrics[name].spec
+            threshold = min_change if min_change is not None and role == "speed" else spec.threshold
+            got = values(metrics[name], rounds)
+            if isinstance(got, str):
+                first = first or Headline(name, role, shares[role], threshold, spec.direction, "unavailable",
+                                          "unavailable", got)
+                continue
+            out.append(judge_headline(name, got[0], got[1], shares[role], threshold, spec.direction, phi, role))
+            break
+        else:
+            assert first is not None
+            out.append(first)
     return out
 
 
 def finished(headlines: Sequence[Headline]) -> bool:
     """The speed is decided (module docstring: the loss does not hold the sequence)."""
-    return next(h for h in headlines if h.name == SPEED).decided
+    return speed_of(headlines).decided
+
+
+def speed_of(headlines: Sequence[Headline]) -> Headline:
+    """The speed headline."""
+    return next(h for h in headlines if h.role == "speed")
+
+
+def speed_ratio(h: Headline) -> float | None:
+    """B's speed over A's: the ratio of a rate, the inverse ratio of a time."""
+    if h.ratio is None:
+        return None
+    return h.ratio if h.direction == "higher" else 1 / h.ratio
 
 
 __all__ = [
-    "LOSS", "MIN_ROUNDS", "PHI", "SPEED", "Headline", "Mixture", "alphas", "bayes_factor", "finished",
-    "interval_text", "judge",
-    "judge_headline", "mixture_test", "radius",
+    "LOSS", "LOSS_ROWS", "MIN_ROUNDS", "PHI", "SPEED", "SPEED_ROWS", "Headline", "Mixture", "alphas",
+    "bayes_factor", "finished", "interval_text", "judge", "judge_headline", "mixture_test", "radius", "speed_of",
+    "speed_ratio",
 ]

@@ -26,7 +26,18 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ledger.analyses.power import MAX_RUNS, runs_for_power
 from ledger.analyses.pricing import devices_of
-from ledger.analyses.sequential import MIN_ROUNDS, PHI, SPEED, Headline, alphas, finished, interval_text, judge
+from ledger.analyses.sequential import (
+    MIN_ROUNDS,
+    PHI,
+    SPEED_ROWS,
+    Headline,
+    alphas,
+    finished,
+    interval_text,
+    judge,
+    speed_of,
+    speed_ratio,
+)
 from ledger.analyses.series import RunData
 from ledger.errors import BadInput, LedgerError
 from ledger.replay.replicates import MAX_TIMES
@@ -97,7 +108,7 @@ class Result:
         return self.hours / self.rounds * self.fixed_rounds
 
     def speed(self) -> Headline:
-        return next(h for h in self.headlines if h.name == SPEED)
+        return speed_of(self.headlines)
 
     def summary(self) -> str:
         """One line: rounds, verdict and why, cost against the fixed design."""
@@ -105,8 +116,9 @@ class Result:
 
         s = self.speed()
         a, b = self.names
-        what = (f"{b} runs at {ratio_words(s.ratio, a)}" if s.ratio is not None and s.verdict in ("better", "worse")
-                else f"speed: {s.verdict}" + (f" ({b}/{a} {s.ratio:.3f}x)" if s.ratio is not None else ""))
+        ratio = speed_ratio(s)
+        what = (f"{b} runs at {ratio_words(ratio, a)}" if ratio is not None and s.verdict in ("better", "worse")
+                else f"speed ({s.name}): {s.verdict}" + (f", {b}/{a} {s.ratio:.3f}x" if s.ratio is not None else ""))
         how = "decided" if self.stopped == "decided" else f"stopped at the cap of {self.cap} rounds ({self.cap_from})"
         return f"{self.rounds} rounds, {how}: {what}: {s.rule}"
 
@@ -147,8 +159,8 @@ def _hours(run: RunData) -> tuple[float | None, str]:
 
 def _cap(options: Options, headlines: Sequence[Headline], rounds: int) -> tuple[int, str, int | None, float | None]:
     """(cap, where it came from, the fixed design's rounds, the noise it is sized for)."""
-    speed = next(h for h in headlines if h.name == SPEED) if headlines else None
-    share = alphas(options.alpha)[SPEED]
+    speed = speed_of(headlines) if headlines else None
+    share = alphas(options.alpha)["speed"]
     change = options.min_change if options.min_change is not None else (speed.threshold if speed else 0.05)
     fixed, noise, source = None, None, ""
     if options.noise_sd is not None:
@@ -187,11 +199,14 @@ def until_verdict(record_round: Callable[[int], tuple[RunData, RunData]], option
         headlines = judge(rounds, options.alpha, options.phi, options.min_change)
         if on_round is not None:
             on_round(len(rounds), headlines)
+        if speed_of(headlines).status == "unavailable":
+            raise LedgerError(f"the runs give no speed to judge ({speed_of(headlines).rule}): ab --until-verdict needs "
+                              "tokens/s, steps/s or step times in every run; the first round is recorded")
         cap, cap_from, fixed, noise = _cap(options, headlines, len(rounds))
         if len(rounds) >= MIN_ROUNDS and finished(headlines):
             break
     done = bool(headlines) and finished(headlines)
-    speed = next(h for h in headlines if h.name == SPEED)
+    speed = speed_of(headlines)
     return Result(len(rounds), speed.verdict, "decided" if done else "cap", cap, cap_from, headlines, hours, device,
                   fixed, noise, [(a.id, b.id) for a, b in rounds])
 
@@ -205,7 +220,7 @@ def measured_noise(ledger: Ledger, a: Receipt, b: Receipt) -> tuple[float | None
 
     with index.reader(ledger) as con:
         c = compare(con, Ref(ref=a.id), Ref(ref=b.id), CompareOptions(attribution=False, plugins=False))
-    row = next((r for r in c.metrics if r.name == SPEED), None)
+    row = next((r for name in SPEED_ROWS for r in c.metrics if r.name == name and r.sd is not None), None)
     if row is None or row.sd is None or row.df is None:
         return None, 0
     return row.sd, max(0, row.df - (row.n[0] + row.n[1] - 2))

@@ -91,7 +91,7 @@ def ab(ctx: click.Context, a: str, b: str, rounds: int | None, same_seed: bool, 
         return
     click.echo(result.summary())
     for h in result.headlines:
-        if h.name != "tokens/s per device":
+        if h.role != "speed":
             click.echo(f"{h.name}: {h.verdict}: {h.rule}")
     click.echo(result.cost())
     if result.stopped == "cap":

@@ -201,3 +201,37 @@ def test_ab_until_verdict_stops_when_the_speed_is_decided(ledger_cli: Any, tmp_p
     assert result["summary"].startswith(f"{result['rounds']} rounds, decided: fast runs at ")
     assert "the speed of slow (" in result["summary"] and "% faster)" in result["summary"]
     assert "round 2: tokens/s per device B/A" in out.stderr
+
+
+def _without(run: Any, *columns: str) -> Any:
+    for column in columns:
+        run.steps[column] = np.full(run.n_steps, np.nan)
+    return run
+
+
+def test_runs_without_token_counts_are_judged_by_their_step_times() -> None:
+    """A wrapped run that prints no token counts has no tokens/s: the speed is judged by the next speed row it has
+    (steps/s where compare has it, else the median step time, lower is better), and read as a speed."""
+    from ledger.analyses.sequential import speed_of, speed_ratio
+    from ledger.errors import LedgerError
+
+    rng = np.random.default_rng(8)
+
+    def record_round(k: int) -> tuple[Any, Any]:
+        return (_without(cal.run_data(cal.series(rng, "a", k, steps=STEPS)), "tokens", "tokens_per_s"),
+                _without(cal.run_data(cal.series(rng, "b", k, 1.5, steps=STEPS)), "tokens", "tokens_per_s"))
+
+    got = until_verdict(record_round, Options(noise_sd=NOISE))
+    speed = speed_of(got.headlines)
+    assert speed.name != SPEED and got.verdict == "better"
+    ratio = speed_ratio(speed)
+    assert ratio is not None and 1.3 < ratio < 1.7  # B's speed over A's, whichever row measured it
+    assert "B runs at 1." in got.summary() and "the speed of A (" in got.summary()
+
+    def no_speed(k: int) -> tuple[Any, Any]:
+        cols = ("tokens", "tokens_per_s", "step_time_s", "time")
+        return (_without(cal.run_data(cal.series(rng, "a", k, steps=STEPS)), *cols),
+                _without(cal.run_data(cal.series(rng, "b", k, steps=STEPS)), *cols))
+
+    with pytest.raises(LedgerError, match="the runs give no speed to judge"):
+        until_verdict(no_speed, Options(noise_sd=NOISE))
