@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ledger.analyses.compare import Ref
     from ledger.analyses.gates import GroupGates, RunGates
     from ledger.analyses.goodput import Goodput
+    from ledger.analyses.history import History
     from ledger.ingest.api import Imported
     from ledger.planning.api import LawReport, PerfReport
     from ledger.planning.plan import PlanResult
@@ -278,6 +279,15 @@ class Ledger:
         from ledger.replay.claims import claim
 
         return claim(self.store, a, b, at, replay_output=replay_output)
+
+    def history(self, where: str | None = None, metric: str = "tokens/s per device") -> History:
+        """``ledger history``: change points in each configuration's history (or the series ``where`` selects)
+        in a per-run ``metric`` (:mod:`ledger.analyses.history`)."""
+        from ledger.analyses.history import history
+        from ledger.store import index
+
+        with index.reader(self.store) as con:
+            return history(con, where, metric)
 
     def goodput(self, ref: str) -> Goodput:
         """``ledger goodput REF``: goodput and badput of the logical run any attempt's ref belongs to."""

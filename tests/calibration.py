@@ -60,10 +60,11 @@ def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
     return x
 
 
-def series(rng: np.random.Generator, config: str, seed: int, speed: float = 1.0, steps: int = STEPS) -> Series:
+def series(rng: np.random.Generator, config: str, seed: int, speed: float = 1.0, steps: int = STEPS,
+           between_sd: float = BETWEEN_RUN_SD) -> Series:
     step = np.arange(1, steps + 1)
     phi = rng.uniform(0.6, 0.8)
-    step_time = STEP_TIME_S / speed * np.exp(BETWEEN_RUN_SD * rng.standard_normal()) * np.exp(
+    step_time = STEP_TIME_S / speed * np.exp(between_sd * rng.standard_normal()) * np.exp(
         WITHIN_RUN_CV * ar1(rng, steps, phi))
     loss = 3.0 + 2.0 / np.sqrt(step) + LOSS_SEED_SD * rng.standard_normal() + 0.02 * ar1(rng, steps, phi)
     return Series(config, seed, step, step_time, loss)
@@ -100,17 +101,18 @@ def run_data(s: Series, rid: str | None = None) -> Any:
 
 
 def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tuple[Any, ...] = (),
-                environment: dict[str, str] | None = None) -> str:
+                environment: dict[str, str] | None = None, commit: str | None = None,
+                hostname: str | None = None, tags: dict[str, str] | None = None) -> str:
     """Write the run through the real SDK (as a training process under ``ledger record`` would) and publish
-    its staging directory (with ``environment`` as the wrapper's kept environment variables); returns the
-    receipt id."""
+    its staging directory (with ``environment`` as the wrapper's kept environment variables, ``commit`` as
+    the code's commit and ``hostname`` as the machine's name); returns the receipt id."""
     from ledger.record.capture import merge_runtime
     from ledger.sdk import Run
     from ledger.store.layout import STACK_FILE, WRAPPER_FILE
     from ledger.store.publish import publish
     from ledger.store.receipts import Ledger
     from ledger.store.staging import Outcome
-    from schemas.receipt import Hardware, Stack
+    from schemas.receipt import Code, Hardware, Stack
 
     ledger = Ledger(ledger_dir)
     ledger.root.mkdir(parents=True, exist_ok=True)
@@ -120,11 +122,13 @@ def publish_run(ledger_dir: Path, s: Series, name: str | None = None, nodes: tup
     # floor's replicate groups) is then the same in every test run, not drawn anew by a random start time
     started = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=next(_PUBLISHED))
     (run_dir / STACK_FILE).write_text(json.dumps(Stack(hardware=Hardware(
-        cpu_model="synthetic CPU", cpu_cores=2, memory_bytes=2**34), nodes=nodes,
+        cpu_model="synthetic CPU", cpu_cores=2, memory_bytes=2**34, hostname=hostname), nodes=nodes,
+        code=Code(is_repo=commit is not None, commit=commit),
         environment=environment or {}).model_dump(mode="json")))
     (run_dir / WRAPPER_FILE).write_text(json.dumps({
         "name": name or f"{s.config}-s{s.seed}", "run_uuid": run_dir.name, "started_at": started.isoformat(),
-        "attempt": 1, "command": ["python", "train.py", "--variant", s.config, "--seed", str(s.seed)]}))
+        "attempt": 1, "command": ["python", "train.py", "--variant", s.config, "--seed", str(s.seed)],
+        "tags": tags or {}}))
     sdk = Run(run_dir, rank=0, background=False)
     sdk.set_workload(workload(s))
     for i, step in enumerate(s.step):

@@ -32,6 +32,13 @@ Compare and attribution (``ledger compare``, ``ledger report``):
     nodes            differences between the nodes of a multi-node receipt, by factor
     stragglers       the ranks and nodes that set a synchronous job's pace, and the time lost waiting on them
     compare          ``compare()``: all of the above for two refs, as one ``Comparison``
+    power            runs per side for 80% power at the measured noise (the hint of an undecided headline)
+
+Verdicts over time:
+
+    sequential       the always-valid mixture test of ``ledger ab --until-verdict`` (the loop is in ``replay``)
+    changepoints     E-divisive means with its permutation test
+    history          ``ledger history``: series per configuration, change points, their suspects
 
 Any module of this package may contribute to ``compare`` without editing it: a module-level ``METRICS``
 (a list of :class:`ledger.analyses.metrics.MetricProvider`) adds rows to the side-by-side table, and a

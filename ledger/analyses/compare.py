@@ -43,7 +43,7 @@ from ledger.analyses.evidence import (
     stack_class,
 )
 from ledger.analyses.groups import SEED, Catalog, Side, check_distinct, resolve_side
-from ledger.analyses.metrics import IDENTICAL, INCONCLUSIVE, MetricRow, Plugins, Settings, plugins
+from ledger.analyses.metrics import INCONCLUSIVE, MetricRow, Plugins, Settings, plugins
 from ledger.analyses.nodes import node_differences
 from ledger.analyses.series import RunData, load_run, load_run_cached
 from ledger.jsonsafe import json_safe
@@ -74,9 +74,6 @@ class CompareOptions:
     """A one-receipt side also takes the ledger's replicates of it (same configuration, another seed)."""
     noise_floor: bool = True
     """Use the noise floor learned from the ledger's replicate groups on the same hardware and drivers."""
-    judge_same_config: bool = False
-    """Judge A and B even when they are one configuration (A/A calibration); otherwise such a comparison
-    reports them as replicates and gives no verdict beyond run-to-run noise."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +88,9 @@ class Comparison:
     """Changed fields by factor (between the first receipts of the sides; the seed is left out when a side
     is a replicate group)."""
     same_config: bool
-    """A and B differ in no causal factor but, possibly, the seed, and the nodes of each agree: every
-    difference is run-to-run noise."""
+    """A and B differ in no causal factor but, possibly, the seed, and the nodes of each agree: replicates of
+    one configuration. They are still tested: two replicates that differ beyond the run-to-run noise are a
+    finding about the runs (a node, a driver, a noisy neighbour), not about the configuration."""
     identical: bool
     """One run per side, the same configuration and bit-identical loss curves."""
     replicates: dict[str, list[str]]
@@ -157,9 +155,8 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
 
     within = {side.name: nodes_of(side) for side in (side_a, side_b)}
     same_config = not (set(diff.factors) - {SEED}) and not any(within.values())
-    judged = not same_config or options.judge_same_config
     replicates: dict[str, list[str]] = {}
-    if options.replicates and judged:
+    if options.replicates and not same_config:  # one configuration's replicates would belong to both sides
         taken = set(side_a.ids) | set(side_b.ids)
         sides = []
         for side in (side_a, side_b):
@@ -183,7 +180,7 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
             (runs_a if len(runs_a) < len(side_a.ids) else runs_b).append(run(i))
             advance(len(runs_a) + len(runs_b))
     floor_runs: list[list[RunData]] = []
-    if options.noise_floor and judged:
+    if options.noise_floor:
         stacks = {stack_class(catalog[side_a.ids[0]]), stack_class(catalog[side_b.ids[0]])}
         floor_runs = [[load_run_cached(con, i, receipt(i)) for i in g]
                       for g in floor_groups(catalog, stacks, side_a.ids + side_b.ids)]
@@ -192,12 +189,10 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     with progress.task("comparing the metrics"):
         rows = compare_all(runs_a, runs_b, settings, found.metrics, [h.metric for h in heads], floor_runs)
     identical = same_config and len(runs_a) == len(runs_b) == 1 and _same_losses(runs_a[0], runs_b[0])
-    if not judged:
-        rows = [_as_replicates(r) for r in rows]
     lattice = build_lattice(catalog, side_a, side_b)
     attribution: list[HeadlineAttribution] = []
     missing: list[MissingRun] = []
-    if options.attribution and judged:
+    if options.attribution and not same_config:  # no factor changed: nothing to attribute
         with progress.task("reading the ablation lattice's runs"):
             node_runs = {s: [run(i) for i in ids] for s, ids in lattice.nodes.items()}
         for h in heads:
@@ -210,7 +205,7 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
             factors = tuple(f for f in lattice.factors if f in target)
             missing.append(missing_run(catalog, catalog[lattice.nodes[base][0]], b_entry, factors, adds))
     next_steps: list[str] = []
-    if judged and any(r.verdict == INCONCLUSIVE for r in rows):
+    if any(r.verdict == INCONCLUSIVE or (r.headline and r.runs_for_power is not None) for r in rows):
         next_steps += commands_for_replicates(_ref_text(side_a, catalog), _ref_text(side_b, catalog))
     next_steps += [m.command for m in missing if m.command]
     notes = _notes(diff, same_config, identical, comparable, runs_a + runs_b, replicates, rows)
@@ -226,18 +221,6 @@ def compare(con: duckdb.DuckDBPyConnection, a: Ref, b: Ref, options: CompareOpti
     return Comparison(side_a, side_b, comparable, diff, same_config, identical, replicates, sets,
                       next_steps, rows, attribution, lattice, missing, list(found.problems), notes, settings,
                       runs_a, runs_b, catalog, within_sets)
-
-
-SAME_CONFIG = "same configuration"
-
-
-def _as_replicates(row: MetricRow) -> MetricRow:
-    """A row of two runs of one configuration: no verdict beyond run-to-run noise."""
-    if row.verdict in ("unavailable", IDENTICAL):
-        return row
-    return replace(row, verdict=SAME_CONFIG, p_value=None, ci=None, ci_of=None, test=None,
-                   reason="A and B are one configuration (they differ at most in the seed): the difference is "
-                          "run-to-run noise")
 
 
 def _same_losses(a: RunData, b: RunData) -> bool:
@@ -269,26 +252,54 @@ def _notes(diff: FactorDiff, same_config: bool, identical: bool, comparable: boo
     if not comparable:
         notes.append("the tasks differ (compared because --allow-task-change was given): metrics of different "
                      "tasks are not evidence that either stack is better")
+    differing = (f" (record fields that differ: {', '.join(sorted({c.path for c in diff.record}))})"
+                 if diff.record and same_config else "")
     if identical:
-        notes.append("identical: one configuration and bit-identical loss curves; any difference in speed is "
-                     "run-to-run noise of the machine")
+        notes.append("identical: one configuration and bit-identical loss curves; the speed is still tested "
+                     "against the run-to-run noise: a difference beyond it is a finding about the runs" + differing)
     elif same_config:
         which = "only in the seed" if diff.factors else "in no causal factor"
-        notes.append(f"A and B differ {which}: they are replicates of one configuration, and every difference "
-                     "below is run-to-run noise"
-                     + (f" (record fields that differ: {', '.join(sorted({c.path for c in diff.record}))})"
-                        if diff.record and not diff.factors else ""))
+        notes.append(f"A and B differ {which}: they are replicates of one configuration. They are still tested: "
+                     "a difference beyond the run-to-run noise is a finding about the runs (a node, a driver, a "
+                     "noisy neighbour), not about the configuration" + differing)
+    if same_config:
+        found = [r for r in rows if r.verdict in ("better", "worse", "higher", "lower")]
+        if found:
+            notes.append("finding: A and B are one configuration and differ in " + ", ".join(r.name for r in found)
+                         + ": compare what differed between their runs (host, load, drivers, the time they ran: "
+                           "`ledger history` finds when) before trusting either")
     for run in runs:
         if run.n_steps == 0:
             notes.append(f"{run.label} has no step rows: its step metrics are unavailable")
     for side, ids in replicates.items():
         if ids:
             notes.append(f"{side} includes {len(ids)} replicate(s) from the ledger (identical but for the seed)")
-    if any(r.verdict == INCONCLUSIVE for r in rows):
-        notes.append("inconclusive: one run per side and no noise floor on this hardware and drivers; a verdict "
-                     "between two "
-                     "configurations needs between-run variance (see next steps)")
+    notes += _evidence_banners(rows)
     return notes
+
+
+def _evidence_banners(rows: list[MetricRow]) -> list[str]:
+    """What the inconclusive and undecided rows need, in words that agree with the rows: a headline that was
+    judged is never summed up as lacking evidence because a side row was."""
+    out = []
+    heads = [r for r in rows if r.headline and r.verdict == INCONCLUSIVE]
+    side = [r for r in rows if not r.headline and r.verdict == INCONCLUSIVE]
+    judged = [r for r in rows if r.headline and r.verdict not in (INCONCLUSIVE, "unavailable")]
+    if heads:
+        out.append("inconclusive: " + ", ".join(r.name for r in heads) + " had one run per side and no noise floor "
+                   "on this hardware and drivers; a verdict between two configurations needs between-run variance "
+                   "(see next steps)")
+    if side:
+        names = ", ".join(r.name for r in side[:6]) + (f" and {len(side) - 6} more" if len(side) > 6 else "")
+        out.append(f"{len(side)} row(s) outside the headlines are inconclusive ({names}): no noise floor for them "
+                   "on this hardware and drivers"
+                   + (f"; the headline rows ({', '.join(r.name for r in judged)}) were judged" if judged else ""))
+    for r in rows:
+        if r.headline and r.runs_for_power is not None:
+            out.append(f"{r.name} is not decided: its interval still holds a change of {100 * r.threshold:g}% or "
+                       f"more; {r.runs_for_power} runs per side would give 80% power for that change at the "
+                       "measured noise (next steps: `ledger ab --until-verdict` records rounds until it is decided)")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ JSON

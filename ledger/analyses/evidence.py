@@ -104,13 +104,21 @@ def floor_groups(catalog: Catalog, stacks: Iterable[tuple[str, ...]], exclude: I
 
 def learn_floor(values: Sequence[Sequence[float]], log_scale: bool) -> Floor | None:
     """The pooled within-group SD of per-run values (one inner list per replicate group; non-finite values and
-    groups with fewer than 2 values left out); None below :data:`MIN_FLOOR_DF` degrees of freedom."""
+    groups with fewer than 2 values left out); None below :data:`MIN_FLOOR_DF` degrees of freedom.
+
+    A group whose values repeat another group's exactly is the same evidence twice, and counts once: a metric
+    that is a function of the seed alone (routing, evals and loss counts of a deterministic CPU run) gives
+    every configuration replicated with seeds 1, 2, 3 the same spread, which is one measurement of the seeds'
+    effect however many groups show it (real A/A pairs of such a metric were called different 24 times in
+    36 when each repeat counted as new degrees of freedom)."""
     ss, df, groups, runs = 0.0, 0, 0, 0
+    seen: set[tuple[float, ...]] = set()
     for group in values:
         x = np.asarray([v for v in group if v is not None and math.isfinite(v) and (v > 0 or not log_scale)],
                        dtype=np.float64)
-        if x.size < 2:
+        if x.size < 2 or (key := tuple(sorted(x.tolist()))) in seen:
             continue
+        seen.add(key)
         if log_scale:
             x = np.log(x)
         ss += float(((x - x.mean()) ** 2).sum())
@@ -124,9 +132,10 @@ def learn_floor(values: Sequence[Sequence[float]], log_scale: bool) -> Floor | N
 
 def commands_for_replicates(a: str, b: str, rounds: int = 3) -> list[str]:
     """The commands that give both sides replicates: interleaved A/B rounds (drift of a shared machine falls
-    on both sides), or replicates of each side."""
+    on both sides), or replicates of each side; and the sequential A/B that records rounds until a verdict."""
     return [f"ledger ab {a} {b} --rounds {rounds}",
-            f"ledger rerun {a} --times {rounds - 1} && ledger rerun {b} --times {rounds - 1}"]
+            f"ledger rerun {a} --times {rounds - 1} && ledger rerun {b} --times {rounds - 1}",
+            f"ledger ab {a} {b} --until-verdict"]
 
 
 __all__ = [

@@ -198,6 +198,18 @@ class MetricRow:
     ci_a: tuple[float, float] | None = None
     """Within-run interval of A's value (one run per side): how precisely that run was measured."""
     ci_b: tuple[float, float] | None = None
+    rule: str | None = None
+    """The rule that decided the verdict, in words: the p-value against the level it was tested at (a headline
+    family's share of alpha), or the minimum change the estimate is below ("1.05x is below the 5% minimum
+    change (p = 0.001)")."""
+    level: float | None = None
+    """The level the row's p was judged at (alpha, or its share of alpha once the rows share it)."""
+    sd: float | None = None
+    """The pooled SD of one run's value in the between-run test (log scale for ratio CIs)."""
+    runs_for_power: int | None = None
+    """An undecided headline (inconclusive, or no significant difference while its CI still holds a change as
+    large as the minimum change): the runs per side that would give 80% power for the minimum change at the
+    measured noise (:mod:`ledger.analyses.power`); None otherwise or when more than 200."""
 
     def to_json(self) -> dict[str, Any]:
         """The row with stable keys."""
@@ -210,6 +222,7 @@ class MetricRow:
             "evidence": self.evidence, "df": self.df,
             "ci_a": list(self.ci_a) if self.ci_a is not None else None,
             "ci_b": list(self.ci_b) if self.ci_b is not None else None,
+            "rule": self.rule, "level": self.level, "sd": self.sd, "runs_for_power": self.runs_for_power,
         }
 
 
@@ -325,7 +338,8 @@ def judge(spec: Spec, va: Sequence[float], vb: Sequence[float], settings: Settin
     n = (len(va), len(vb))
     within = _within(spec, samples_a, samples_b, settings.level)
     if sorted(va) == sorted(vb):
-        return replace(_row(spec, a, b, None, None, None, None, n, threshold, IDENTICAL, None, note), **within)
+        return replace(_row(spec, a, b, None, None, None, None, n, threshold, IDENTICAL, None, note),
+                       rule="equal values on both sides", **within)
     big, effect = _big(spec, a, b, threshold)
     log_scale = _log_scale(spec, [*va, *vb])
     xa = np.log(va) if log_scale else np.asarray(va, dtype=np.float64)
@@ -334,19 +348,99 @@ def judge(spec: Spec, va: Sequence[float], vb: Sequence[float], settings: Settin
     if test is None:
         if spec.deterministic:
             verdict = _direction_verdict(spec, effect) if big else NO_DIFFERENCE
+            rule = (f"deterministic, one run per side: {_size(spec.scale, a, b, spec.unit)} "
+                    + ("exceeds" if big else "is within") + f" the {_threshold_text(spec.scale, threshold, spec.unit)}")
             return replace(_row(spec, a, b, None, None, None, None, n, threshold, verdict,
                                 None, note + ("; " if note else "") + "deterministic: judged by the threshold"),
-                           **within)
+                           rule=rule, **within)
         why = "one run per side and no noise floor for this metric on this hardware and drivers: record replicates"
-        return replace(_row(spec, a, b, None, None, None, None, n, threshold, INCONCLUSIVE, why, note), **within)
+        return replace(_row(spec, a, b, None, None, None, None, n, threshold, INCONCLUSIVE, why, note),
+                       rule="no between-run test: one run per side and no noise floor", **within)
     ci = (math.exp(test.ci[0]), math.exp(test.ci[1])) if log_scale else test.ci
     own = n[0] + n[1] - 2
     source = f"{n[0]} vs {n[1]} runs" + (f", {floor.describe()}" if floor else "")
-    verdict = _direction_verdict(spec, effect) if big and test.p_value < settings.alpha else NO_DIFFERENCE
-    row = _row(spec, a, b, test.p_value, "t-test" if own else "t-test (noise floor)", ci,
-               "ratio" if log_scale else "delta", n, threshold, verdict, None,
-               note + ("; " if note else "") + f"between runs: {source}; df={test.df}")
-    return replace(row, evidence=source, df=test.df, **within)
+    p = test.p_value
+    how = f"between runs: {source}; df={test.df}"
+    if spec.statistic == "count":
+        p, counted = max(p, _poisson_p(va, vb)), p
+        how += f"; counts: the larger of the t test's p ({counted:.3g}) and the Poisson E-test's"
+    verdict = _direction_verdict(spec, effect) if big and p < settings.alpha else NO_DIFFERENCE
+    row = _row(spec, a, b, p, "t-test" if own else "t-test (noise floor)", ci,
+               "ratio" if log_scale else "delta", n, threshold, verdict, None, note + ("; " if note else "") + how)
+    row = replace(row, evidence=source, df=test.df, sd=test.sd, **within)
+    return replace(row, rule=rule_text(row, settings.alpha), level=settings.alpha)
+
+
+def _poisson_p(va: Sequence[float], vb: Sequence[float]) -> float:
+    """p of the Poisson E-test (Krishnamoorthy and Thomson 2004, :func:`scipy.stats.poisson_means_test`) that
+    the sides' event counts per run have equal rates: a count never differs "significantly" because the runs
+    it is compared with happened to have equal counts (a noise floor of zero variance)."""
+    from scipy import stats as sps
+
+    ka, kb = round(sum(va)), round(sum(vb))
+    if ka + kb == 0:
+        return 1.0
+    return float(sps.poisson_means_test(kb, len(vb), ka, len(va)).pvalue)
+
+
+def _size(scale: Scale, a: float, b: float, unit: str) -> str:
+    """The estimate in the words of the verdict: ``1.05x`` (ratio scale) or ``+2 steps`` (delta)."""
+    if scale == "ratio" and a > 0 and b >= 0:
+        return f"{b / a:.3g}x"
+    d = b - a
+    return f"{d:+.3g}" + (f" {unit}" if unit and unit not in ("loss", "ratio") else "")
+
+
+def _threshold_text(scale: Scale, threshold: float, unit: str) -> str:
+    if scale == "ratio":
+        return f"{100 * threshold:g}% minimum change"
+    return f"{threshold:g}" + (f" {unit}" if unit and unit not in ("loss", "ratio", "fraction") else "") + \
+        " minimum change"
+
+
+def ratio_words(ratio: float, of: str = "A", what: str = "the speed") -> str:
+    """A ratio in words that cannot be misread: ``0.90x the speed of A (10% slower)``, never "0.90x slower"."""
+    pct = abs(ratio - 1) * 100
+    if not round(pct):
+        return f"{ratio:.2f}x {what} of {of}"
+    way = ("faster" if ratio > 1 else "slower") if what == "the speed" else ("higher" if ratio > 1 else "lower")
+    return f"{ratio:.2f}x {what} of {of} ({pct:.0f}% {way})"
+
+
+def is_big(row: MetricRow) -> bool:
+    """Whether the row's estimate exceeds its minimum change (the rule of :func:`judge`)."""
+    if row.a is None or row.b is None:
+        return False
+    if row.scale == "ratio" and row.a > 0 and row.b > 0:
+        return abs(math.log(row.b / row.a)) > math.log1p(row.threshold)
+    return abs(row.b - row.a) > (row.threshold * abs(row.a) if row.scale == "ratio" else row.threshold)
+
+
+def rule_text(row: MetricRow, level: float, whose: str = "") -> str:
+    """The rule that decided a tested row at ``level`` (``whose``: e.g. "the speed family's level")."""
+    assert row.p_value is not None and row.a is not None and row.b is not None
+    at = f"{level:.2g}" + (f", {whose}" if whose else "")
+    size = _size(row.scale, row.a, row.b, row.unit)
+    limit = _threshold_text(row.scale, row.threshold, row.unit)
+    p = f"p = {row.p_value:.2g}"
+    if row.p_value >= level:
+        return f"{p} {'>' if row.p_value > level else '>='} {at}"
+    if not is_big(row):
+        return f"{size} is below the {limit} ({p} < {at})"
+    return f"{p} < {at}, and {size} exceeds the {limit}"
+
+
+def undecided(row: MetricRow) -> bool:
+    """A tested row whose CI still holds a change as large as the minimum change either way, and that is not
+    called better or worse: more runs would decide it."""
+    if row.verdict in _CALLED or row.ci is None or row.a is None:
+        return False
+    lo, hi = row.ci
+    if row.ci_of == "ratio":
+        bound = 1 + row.threshold
+        return lo < 1 / bound or hi > bound
+    limit = row.threshold * abs(row.a) if row.scale == "ratio" else row.threshold
+    return lo < -limit or hi > limit
 
 
 SPEED_FAMILIES = ("throughput", "step time")
@@ -361,24 +455,34 @@ _CALLED = ("better", "worse", "higher", "lower")
 
 
 def control_headlines(rows: Sequence[MetricRow], alpha: float) -> list[MetricRow]:
-    """The rows with the headline family's false alarms held at ``alpha`` in all (strong control).
+    """The rows with false alarms held at ``alpha`` in all (strong control), the headline families and the
+    rows outside them alike, each row's rule naming the level it was tested at.
 
     Each headline family (the speed rows, or a headline row and the rows of its family) is tested once,
     by its first tested row (the headline itself when it has a test): these primary tests share alpha by
     Holm's weighted step-down (Holm 1979): the smallest ``p / w`` is significant when ``p < alpha w / W``,
     ``W`` the weights not yet rejected, and so on until one is not; speed weighs :data:`SPEED_WEIGHT`,
     every other headline 1. The other rows of a family keep a verdict only when their primary is
-    significant and their own p is below the level their primary met (a fixed-sequence gate). A verdict
-    taken back becomes ``no significant difference`` with the reason in its note. Rows outside the
-    headline families are left as they are: they describe, each at alpha."""
-    out = list(rows)
-    def family(row: MetricRow) -> str:
-        return "speed" if row.family in SPEED_FAMILIES else row.family
+    significant and their own p is below the level their primary met (a fixed-sequence gate). The rows
+    outside the headline families (routing, timing per phase, memory, goodput, evals...) each measure a
+    quantity of their own: they share another alpha by Holm's step-down over all of them, so that two runs of
+    one configuration have some such row called different at most alpha of the time, however many rows
+    there are (tested each at alpha, peak host memory and goodput alarmed on a third of real A/A pairs). A
+    verdict taken back becomes ``no significant difference`` with the reason in its note. An undecided
+    headline gets the runs per side that would give it 80% power (:attr:`MetricRow.runs_for_power`)."""
+    out = _control_side(_control_headline_families(list(rows), alpha), alpha)
+    return [_with_power(row) for row in out]
 
-    families: dict[str, list[int]] = {family(row): [] for row in out if row.headline}
+
+def _family_key(row: MetricRow) -> str:
+    return "speed" if row.family in SPEED_FAMILIES else row.family
+
+
+def _control_headline_families(out: list[MetricRow], alpha: float) -> list[MetricRow]:
+    families: dict[str, list[int]] = {_family_key(row): [] for row in out if row.headline}
     for i, row in enumerate(out):
-        if family(row) in families:
-            families[family(row)].append(i)
+        if _family_key(row) in families:
+            families[_family_key(row)].append(i)
     primary: dict[str, int] = {}  # family -> the row of its primary test
     p: dict[str, float] = {}  # family -> that test's p
     for key, members in families.items():
@@ -386,31 +490,81 @@ def control_headlines(rows: Sequence[MetricRow], alpha: float) -> list[MetricRow
         if tested:
             primary[key], p[key] = next(((i, q) for i, q in tested if out[i].headline), tested[0])
     level: dict[str, float] = {}  # the level each rejected primary met
+    tried: dict[str, float] = {}  # the level each primary was last tested at
     left = {key: SPEED_WEIGHT if key == "speed" else 1.0 for key in primary}  # weights not yet rejected
     while left:
+        for k in left:
+            tried[k] = alpha * left[k] / sum(left.values())
         key = min(left, key=lambda k: p[k] / left[k])
-        cut = alpha * left[key] / sum(left.values())
-        if p[key] >= cut:
+        if p[key] >= tried[key]:
             break
-        level[key] = cut
+        level[key] = tried[key]
         del left[key]
     shown = len(primary)
     for key, members in families.items():
+        whose = f"the {key} family's level" + (f" (Holm over {shown} headline families)" if shown > 1 else "")
         for i in members:
             row = out[i]
-            if row.verdict not in _CALLED or row.p_value is None:
+            if row.p_value is None or row.verdict not in (*_CALLED, NO_DIFFERENCE):
+                continue
+            at = level.get(key, tried[key])
+            head = out[primary[key]]
+            if i != primary[key] and key not in level:
+                rule = f"its headline {head.name} is not significant (p = {head.p_value:.2g} >= {at:.2g}, {whose})"
+            else:
+                rule = rule_text(row, at, whose)
+            row = out[i] = replace(row, rule=rule, level=at)
+            if row.verdict not in _CALLED:
                 continue
             if key not in level:
-                head = out[primary[key]]  # a tested row (this one) puts its family in primary
                 why = (f"not significant once the {shown} headline families share alpha {alpha:g} (Holm, weighted): "
                        + (f"{head.name} p={head.p_value:.3g}" if i == primary[key] else
                           f"its headline {head.name} is not significant (p={head.p_value:.3g})"))
-            elif row.p_value >= level[key]:
+            elif (row.p_value or 0.0) >= level[key]:
                 why = f"not significant at the level its headline met ({level[key]:.3g}; p={row.p_value:.3g})"
             else:
                 continue
             out[i] = replace(row, verdict=NO_DIFFERENCE, note=(row.note + "; " if row.note else "") + why)
     return out
+
+
+def _control_side(out: list[MetricRow], alpha: float) -> list[MetricRow]:
+    """Holm's step-down over every tested row outside the headline families (equal weights)."""
+    heads = {_family_key(row) for row in out if row.headline}
+    tested = [i for i, row in enumerate(out) if _family_key(row) not in heads and row.p_value is not None
+              and row.verdict in (*_CALLED, NO_DIFFERENCE)]
+    order = sorted(tested, key=lambda i: out[i].p_value or 0.0)
+    m = len(order)
+    stopped = False
+    for rank, i in enumerate(order):
+        row = out[i]
+        cut = alpha / (m - rank)
+        whose = f"its share of alpha {alpha:g} among {m} rows outside the headlines (Holm)" if m > 1 else ""
+        assert row.p_value is not None
+        stopped = stopped or row.p_value >= cut
+        if not stopped:
+            out[i] = replace(row, rule=rule_text(row, cut, whose), level=cut)
+            continue
+        out[i] = row = replace(row, level=cut, rule=rule_text(row, cut, whose) if row.p_value >= cut else
+                               f"p = {row.p_value:.2g}, but a smaller p before it did not pass its share "
+                               f"(Holm over {m} rows outside the headlines)")
+        if row.verdict in _CALLED:
+            out[i] = replace(row, verdict=NO_DIFFERENCE, note=(row.note + "; " if row.note else "")
+                             + f"not significant once the {m} rows outside the headlines share alpha {alpha:g} "
+                               f"(Holm): p={row.p_value:.3g} against {cut:.3g}")
+    return out
+
+
+def _with_power(row: MetricRow) -> MetricRow:
+    """An undecided headline row with the runs per side that would give 80% power for its minimum change."""
+    from ledger.analyses.power import runs_for_power
+
+    if not row.headline or row.sd is None or row.df is None or not undecided(row):
+        return row
+    level = row.level if row.level is not None else 0.05
+    prior = max(0, row.df - (row.n[0] + row.n[1] - 2))
+    need = runs_for_power(row.sd, row.threshold, level, prior_df=prior, log_scale=row.ci_of == "ratio")
+    return replace(row, runs_for_power=need)
 
 
 def _within(spec: Spec, sa: NDArray[np.float64] | None, sb: NDArray[np.float64] | None,

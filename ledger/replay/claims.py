@@ -1,5 +1,6 @@
-"""Claims: the sentence a comparison supports ("B is 1.31x faster than A at equal loss at 2.1M tokens"),
-with its confidence interval, and whether it still holds when both runs are replayed at another scale.
+"""Claims: the sentence a comparison supports ("B runs at 1.31x the speed of A (31% faster) at equal loss at 2.1M
+tokens"), with its confidence interval and the rule that decided it, and whether it still holds when both runs
+are replayed at another scale.
 
 A claim is built from two rows of `ledger compare`: throughput (tokens/s per device) and loss at matched
 tokens. It is only stated when the evidence supports it: a throughput verdict that rests on between-run
@@ -70,9 +71,13 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
                      "speed differs only by the machine's run-to-run noise", None, None, None, "identical",
                      confounded, False)
     if comparison.get("same_config"):
+        finding = ""
+        if thr is not None and thr["verdict"] in ("better", "worse") and thr.get("ratio") is not None:
+            finding = (f"; but these two runs differ: {b} ran at {_ratio_words(float(thr['ratio']), a)}"
+                       f"{_rule_text(thr)}: a finding about the runs (a node, a driver, a noisy neighbour), not "
+                       "the configuration")
         return Claim(f"no claim: {a} and {b} are replicates of one configuration (they differ at most in the "
-                     "seed); every difference between them is run-to-run noise", None, None, None,
-                     "same configuration", confounded, False)
+                     "seed)" + finding, None, None, None, "same configuration", confounded, False)
     if thr is None or thr["verdict"] in UNSUPPORTED or thr["ratio"] is None:
         reason = (thr["reason"] if thr else None) or "no throughput row"
         need = f"; get it with: {' or '.join(steps[:2])}" if steps else ""
@@ -81,26 +86,40 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
     ratio = float(thr["ratio"])
     ci = (float(thr["ci"][0]), float(thr["ci"][1])) if thr.get("ci") else None
     runs = f", {thr['evidence']}" if thr.get("evidence") else ""
-    ci_text = f" (tokens/s per device, 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]{runs})" if ci else ""
+    rule = thr.get("rule")
+    evidence = ", ".join(x for x in (f"95% CI [{ci[0]:.2f}, {ci[1]:.2f}]{runs}" if ci else "",) if x)
+    evidence = f" (tokens/s per device{', ' + evidence if evidence else ''}{'; ' + rule if rule else ''})"
     if thr["verdict"] == NO_DIFFERENCE:
         faster: bool | None = None
-        head = f"no significant throughput difference between {b} and {a}: {ratio:.2f}x{ci_text}"
+        head = f"no significant throughput difference between {b} and {a}: {ratio:.2f}x"
     else:
         faster = ratio > 1
-        head = f"{b} is {ratio:.2f}x {'faster' if faster else 'slower'} than {a}{ci_text}"
+        head = f"{b} runs at {_ratio_words(ratio, a)}"
     loss_verdict = loss["verdict"] if loss else "unavailable"
     if loss is None or loss_verdict == "unavailable":
-        tail = f"; loss at matched tokens unavailable ({loss['reason'] if loss else 'no loss row'})"
+        tail = f", loss at matched tokens unavailable ({loss['reason'] if loss else 'no loss row'})"
     elif loss_verdict in (NO_DIFFERENCE, "identical"):
         same = "identical" if loss_verdict == "identical" else "equal"
         tail = f" at {same} loss {_tokens(loss.get('note', ''))}"
     else:
         lr = float(loss["ratio"]) if loss.get("ratio") is not None else float("nan")
         tail = f", but its loss at matched tokens is {loss_verdict} ({lr:.3f}x {_tokens(loss.get('note', ''))})"
-    text = head + tail
+    text = head + tail + evidence
     if confounded:
         text += f"; confounded: {', '.join(confounded)} changed together"
     return Claim(text, ratio, ci, faster, loss_verdict, confounded)
+
+
+def _ratio_words(ratio: float, of: str) -> str:
+    from ledger.analyses.metrics import ratio_words
+
+    return ratio_words(ratio, of)
+
+
+def _rule_text(row: dict[str, Any]) -> str:
+    """The rule that decided the throughput verdict (`` (p = 0.048 > 0.04, the speed family's level)``)."""
+    rule = row.get("rule")
+    return f" ({rule})" if rule else ""
 
 
 def holds(original: Claim, scaled: Claim) -> tuple[bool, str]:

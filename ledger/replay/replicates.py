@@ -73,12 +73,16 @@ def plan_ab(a: Receipt, b: Receipt, rounds: int, *, same_seed: bool = False,
     """``rounds`` rounds of A then B (each round one more seed on both sides)."""
     _check_count("--rounds", rounds)
     exp = experiment or experiment_id()
+    return [p for k in range(1, rounds + 1) for p in plan_round(a, b, k, same_seed=same_seed, experiment=exp)]
+
+
+def plan_round(a: Receipt, b: Receipt, k: int, *, same_seed: bool = False, experiment: str) -> list[Planned]:
+    """Round ``k`` (1-based) of an A/B experiment: A then B, each with the original's seed + k."""
     out: list[Planned] = []
-    for k in range(1, rounds + 1):
-        for side, receipt in (("A", a), ("B", b)):
-            base = receipt.name or receipt.id[:12]
-            out.append(Planned(side, receipt, rebuild_command(receipt, _seed_sets(receipt, k, same_seed)),
-                               f"{base}-ab{exp}-{k}", dict(receipt.tags) | {"ab": exp, "ab_side": side}))
+    for side, receipt in (("A", a), ("B", b)):
+        base = receipt.name or receipt.id[:12]
+        out.append(Planned(side, receipt, rebuild_command(receipt, _seed_sets(receipt, k, same_seed)),
+                           f"{base}-ab{experiment}-{k}", dict(receipt.tags) | {"ab": experiment, "ab_side": side}))
     return out
 
 
@@ -90,4 +94,4 @@ def describe(plan: Sequence[Planned]) -> str:
         for s in sides)
 
 
-__all__ = ["MAX_TIMES", "Planned", "describe", "experiment_id", "plan_ab", "plan_replicates"]
+__all__ = ["MAX_TIMES", "Planned", "describe", "experiment_id", "plan_ab", "plan_replicates", "plan_round"]

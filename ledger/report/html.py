@@ -206,6 +206,8 @@ def _metrics_table(c: Comparison) -> str:
         verdict = f'<span class="{_verdict_class(row.verdict)}">{_e(row.verdict)}</span>'
         if row.reason:
             verdict += f'<br><span class="reason">{_e(row.reason)}</span>'
+        if row.headline and row.rule:
+            verdict += f'<br><span class="reason">{_e(row.rule)}</span>'
         name = f"<b>{_e(row.name)}</b>" if row.headline else _e(row.name)
         if row.note:
             name += f'<br><span class="reason">{_e(row.note)}</span>'
@@ -219,7 +221,8 @@ def _metrics_table(c: Comparison) -> str:
     return (f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             "<p>Headline metrics in bold. A verdict rests on the variance between runs (replicates, or the "
             "ledger's noise floor); one run per side is inconclusive. A change counts only when it is significant "
-            f"(p &lt; {c.settings.alpha:g}) and larger than the min change.</p>")
+            f"(p below alpha {c.settings.alpha:g}, or its share of it: the headline families share one alpha, the "
+            "other rows another) and larger than the min change.</p>")
 
 
 def _attribution(c: Comparison) -> str:

@@ -41,6 +41,8 @@ def render(c: Comparison) -> str:
         verdict = f"**{row.verdict}**" if row.verdict in ("better", "worse", "higher", "lower") else row.verdict
         if row.reason:
             verdict += f" ({_cell(row.reason)})"
+        if row.headline and row.rule:
+            verdict += f": {_cell(row.rule)}"
         lines.append(
             f"| {'**' + _cell(row.name) + '**' if row.headline else _cell(row.name)} | {fmt.value(row.a, row.unit)}"
             f"{fmt.within(row.ci_a, row.a)} | {fmt.value(row.b, row.unit)}{fmt.within(row.ci_b, row.b)} | "

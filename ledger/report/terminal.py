@@ -51,10 +51,19 @@ def render(c: Comparison, console: Console | None = None) -> None:
 
     out.rule("metrics")
     _metrics(c, out)
+    for row in c.metrics:  # each headline's verdict with the rule that decided it
+        if row.headline and row.rule:
+            line = Text("* ", style="bold") + terminal(f"{row.name}: ") + Text(
+                row.verdict, style=VERDICT_STYLE.get(row.verdict, "")) + terminal(f": {row.rule}")
+            if row.runs_for_power is not None:
+                line += terminal(f"; {row.runs_for_power} runs per side would give 80% power for the "
+                                 f"{100 * row.threshold:g}% minimum change")
+            out.print(line)
     out.print("[dim]* headline metric. A verdict rests on the variance between runs (replicates, or the ledger's "
-              "noise floor); one run per side is inconclusive. A change counts when significant and larger than "
-              "the min change; +-x% is one run's own precision (within-run interval); an interval that holds both "
-              "a halving and a doubling says how many runs per side would find the min change instead.[/dim]")
+              "noise floor); one run per side is inconclusive. A change counts when significant (p below alpha, "
+              "or the share of alpha its rows were tested at) and larger than the min change; +-x% is one run's "
+              "own precision (within-run interval); an interval that holds both a halving and a doubling says how "
+              "many runs per side would find the min change instead.[/dim]")
 
     if c.attribution:
         out.rule("attribution (shares of log(B/A))")

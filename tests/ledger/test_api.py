@@ -101,7 +101,8 @@ def test_claim_is_a_library_call_and_the_cli_prints_it(ledger_cli: Runner, ledge
     assert stated.ok and stated.original.faster is True
     assert stated.original.speedup == pytest.approx(1.8, rel=1e-9)
     assert stated.original.speedup_ci == pytest.approx((1.8 * math.exp(-half), 1.8 * math.exp(half)), rel=1e-6)
-    assert stated.original.text.startswith("fast is 1.80x faster than base") and "2 vs 2 runs" in stated.original.text
+    assert stated.original.text.startswith("fast runs at 1.80x the speed of base (80% faster)")
+    assert "2 vs 2 runs" in stated.original.text
     printed = ledger_cli("claim", "base", "fast", "--json")
     assert printed.returncode == 0, printed.stderr
     assert json.loads(printed.stdout) == json.loads(json.dumps(stated.to_json()))

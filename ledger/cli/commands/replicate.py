@@ -35,29 +35,68 @@ def _record_plan(ledger: Ledger, plan: list[Planned], replicates: str | None = N
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@click.option("--rounds", type=int, default=3, show_default=True, help="Rounds of A then B.")
+@click.option("--rounds", type=int, default=None, help="Rounds of A then B (default 3; not with --until-verdict).")
 @click.option("--same-seed", is_flag=True, help="Keep each side's seed (measures machine noise only).")
+@click.option("--until-verdict", is_flag=True,
+              help="Judge after every round with an always-valid sequential test (mixture SPRT) and stop when the "
+                   "speed is decided, or at the cap.")
+@click.option("--max-rounds", type=int, default=None, metavar="N",
+              help="With --until-verdict: the cap (default: the runs per side that give a fixed design 80% power "
+                   "for the 5% minimum change at the measured noise, as `compare` prints it).")
+@click.option("--json", "as_json", is_flag=True,
+              help="With --until-verdict: print the result as JSON (`rounds`, `verdict`, ...); the runs' output "
+                   "goes to stderr.")
 @ledger_option
 @click.pass_context
-def ab(ctx: click.Context, a: str, b: str, rounds: int, same_seed: bool, ledger_path: Path | None) -> None:
+def ab(ctx: click.Context, a: str, b: str, rounds: int | None, same_seed: bool, until_verdict: bool,
+       max_rounds: int | None, as_json: bool, ledger_path: Path | None) -> None:
     """Re-run the configurations of A and B alternately (A B A B ...) so that `ledger compare A B` has
     replicates of both, and drift of a shared machine falls on both sides alike.
 
     Runner receipts get a new seed each round (the original's + round); wrapped commands are replayed as
     recorded. Every run is tagged ab=<experiment id>.
 
+    With --until-verdict, judge after each round with an always-valid sequential test (a mixture SPRT: valid
+    however often it is looked at) and stop as soon as the speed is decided: faster, slower, or no change as
+    large as the 5% minimum (futility); or at the cap, inconclusive. Prints the rounds used, the verdict with
+    the rule that decided it, and the device-hours spent against the fixed design of 80% power.
+
     Example:
 
         ledger ab baseline fp8 --rounds 3 && ledger compare baseline fp8
+        ledger ab baseline fp8 --until-verdict
     """
     from ledger.replay.replicates import plan_ab
     from ledger.store import reading
     from ledger.store.integrity import check_intact
 
+    if not until_verdict and (max_rounds is not None or as_json):
+        raise BadInput("--max-rounds and --json go with --until-verdict; e.g. ledger ab A B --until-verdict "
+                       "--max-rounds 10")
+    if until_verdict and rounds is not None:
+        raise BadInput("--rounds records a fixed number of rounds; --until-verdict decides when to stop (cap it "
+                       "with --max-rounds N)")
     ledger = ledger_from(ctx, ledger_path)
     first = check_intact(ledger, reading.resolve_ref(ledger, a))
     second = check_intact(ledger, reading.resolve_ref(ledger, b))
-    ctx.exit(_record_plan(ledger, plan_ab(first, second, rounds, same_seed=same_seed)))
+    if not until_verdict:
+        ctx.exit(_record_plan(ledger, plan_ab(first, second, 3 if rounds is None else rounds, same_seed=same_seed)))
+    from ledger.replay.until_verdict import Options, run_ab
+
+    result = run_ab(ledger, first, second, Options(max_rounds=max_rounds), same_seed=same_seed,
+                    stdout=sys.stderr.buffer if as_json else None,
+                    progress=lambda line: click.echo(f"ledger: {line}", err=True))
+    if as_json:
+        echo_json(result.to_json())
+        return
+    click.echo(result.summary())
+    for h in result.headlines:
+        if h.role != "speed":
+            click.echo(f"{h.name}: {h.verdict}: {h.rule}")
+    click.echo(result.cost())
+    if result.stopped == "cap":
+        click.echo(f"not decided within {result.rounds} rounds (the cap: {result.cap_from}); more rounds narrow "
+                   f"the interval: ledger ab {a} {b} --until-verdict --max-rounds N")
 
 
 @click.command()

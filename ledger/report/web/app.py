@@ -102,6 +102,12 @@ def create_app(ledger: Ledger, poll_s: float = 2.0, hosts: Sequence[str] = LOCAL
         refs = q.getlist("id") or [r for r in (q.get("a"), q.get("b")) if r]
         return guarded("compare", lambda: views.compare_page(ledger, refs))
 
+    def history(request: Request) -> Response:
+        from ledger.report.web.history import history_page
+
+        q = request.query_params
+        return guarded("history", lambda: history_page(ledger, q.get("where", ""), q.get("metric", "")))
+
     def live_list(request: Request) -> Response:
         return guarded("runs in progress", lambda: views.live_list_page(ledger))
 
@@ -126,6 +132,7 @@ def create_app(ledger: Ledger, poll_s: float = 2.0, hosts: Sequence[str] = LOCAL
         Route("/receipt/{ref}", receipt),
         Route("/overlay", overlay_runs),
         Route("/compare", compare),
+        Route("/history", history),
         Route("/live", live_list),
         Route("/live/{ref}", live),
         Route("/api/live/{ref}", live_api),

@@ -69,7 +69,8 @@ def page(title: str, body: str, script: str = "") -> str:
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{e(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{CSS}</style>"
         "<script src=\"/static/plotly.min.js\"></script></head><body>"
-        "<header><b>stackreceipt</b><a href=\"/\">receipts</a><a href=\"/live\">runs in progress</a></header>"
+        "<header><b>stackreceipt</b><a href=\"/\">receipts</a><a href=\"/live\">runs in progress</a>"
+        "<a href=\"/history\">history</a></header>"
         f"<main><h1>{e(title)}</h1>{body}</main>"
         f"<script>{DRAW}{script}</script></body></html>\n"
     )

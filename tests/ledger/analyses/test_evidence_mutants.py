@@ -96,6 +96,18 @@ def test_the_floor_pools_within_group_variance_at_its_df_boundary() -> None:
     assert learn_floor([[1.0, 2.0, -3.0, 0.5]], log_scale=True) is None  # 3 positive values: 2 df
 
 
+def test_a_group_that_repeats_another_groups_values_counts_once() -> None:
+    # a seed-determined metric: every configuration replicated with the same seeds shows the same spread
+    same = [[1.777, 1.753], [1.753, 1.777], [1.777, 1.753], [1.777, 1.753]]
+    assert learn_floor(same, log_scale=True) is None  # one group's evidence: 1 df, below the minimum
+    got = learn_floor([*same, [1.7, 1.9], [2.0, 2.1]], log_scale=True)
+    assert got is not None and (got.df, got.groups, got.runs) == (3, 3, 6)
+    # what the floor is then: the pooled SD of the three distinct groups (computed here by hand)
+    by_hand = [np.log([1.777, 1.753]), np.log([1.7, 1.9]), np.log([2.0, 2.1])]
+    ss = sum(float(((g - g.mean()) ** 2).sum()) for g in by_hand)
+    assert got.sd == pytest.approx((ss / 3) ** 0.5, rel=1e-12)
+
+
 def test_floor_descriptions() -> None:
     two = Floor(0.048, 5, 2, 14, True)
     assert two.describe() == ("noise floor 4.8% (SD between runs; 2 replicate groups, 14 runs, same hardware and "
@@ -107,5 +119,6 @@ def test_floor_descriptions() -> None:
 
 def test_commands_for_replicates() -> None:
     assert commands_for_replicates("A", "B") == ["ledger ab A B --rounds 3",
-                                                 "ledger rerun A --times 2 && ledger rerun B --times 2"]
+                                                 "ledger rerun A --times 2 && ledger rerun B --times 2",
+                                                 "ledger ab A B --until-verdict"]
     assert commands_for_replicates("A", "B", rounds=5)[0] == "ledger ab A B --rounds 5"

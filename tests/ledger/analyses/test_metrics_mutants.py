@@ -74,12 +74,14 @@ def by_name(metric_list: list[Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- rows
 def test_every_key_of_a_row() -> None:
     row = MetricRow("m", "fam", "s", "lower", 1.0, 2.0, 1.0, 2.0, (1.5, 2.5), "ratio", 0.01, "t-test", (3, 2),
-                    0.05, "ratio", "worse", "why", "note", True, "3 vs 2 runs", 3, (0.9, 1.1), (1.9, 2.1))
+                    0.05, "ratio", "worse", "why", "note", True, "3 vs 2 runs", 3, (0.9, 1.1), (1.9, 2.1),
+                    "p = 0.01 < 0.04", 0.04, 0.05, 7)
     assert row.to_json() == {
         "name": "m", "family": "fam", "unit": "s", "direction": "lower", "a": 1.0, "b": 2.0, "delta": 1.0,
         "ratio": 2.0, "ci": [1.5, 2.5], "ci_of": "ratio", "p_value": 0.01, "test": "t-test", "n": [3, 2],
         "threshold": 0.05, "scale": "ratio", "verdict": "worse", "reason": "why", "note": "note",
-        "evidence": "3 vs 2 runs", "df": 3, "ci_a": [0.9, 1.1], "ci_b": [1.9, 2.1]}
+        "evidence": "3 vs 2 runs", "df": 3, "ci_a": [0.9, 1.1], "ci_b": [1.9, 2.1], "rule": "p = 0.01 < 0.04",
+        "level": 0.04, "sd": 0.05, "runs_for_power": 7}
     bare = MetricRow("m", "fam", "s", "lower", None, None, None, None, None, None, None, None, (0, 0), 0.05,
                      "delta", "unavailable").to_json()
     assert (bare["ci"], bare["ci_a"], bare["ci_b"], bare["n"], bare["reason"]) == (None, None, None, [0, 0], None)

@@ -13,7 +13,7 @@ from ledger.analyses.power import power, runs_per_side
 @pytest.mark.parametrize(("d", "n"), [(0.2, 394), (0.5, 64), (0.8, 26), (1.0, 17), (2.0, 6)])
 def test_runs_per_side_match_the_published_table(d: float, n: int) -> None:
     assert runs_per_side(d * 0.05, 0.05) == n  # an effect of d SDs
-    assert power(n, d, 1.0) >= 0.8 > power(n - 1, d, 1.0)
+    assert power(n, 1.0, d, 0.05, log_scale=False) >= 0.8 > power(n - 1, 1.0, d, 0.05, log_scale=False)
 
 
 def test_nothing_to_say_without_an_effect_a_spread_or_within_reach() -> None:
@@ -29,4 +29,4 @@ def test_power_is_what_simulated_t_tests_find() -> None:
     a = rng.normal(0.0, 1.0, (trials, n))
     b = rng.normal(d, 1.0, (trials, n))
     found = float((stats.ttest_ind(a, b, axis=1).pvalue < 0.05).mean())
-    assert abs(found - power(n, d, 1.0)) < 0.03  # binomial SD at 4000 trials: 0.006
+    assert abs(found - power(n, 1.0, d, 0.05, log_scale=False)) < 0.03  # binomial SD at 4000 trials: 0.006

@@ -23,8 +23,8 @@ def _cmp(ratio: float, verdict: str, loss_verdict: str = "no significant differe
 
 def test_claim_sentences() -> None:
     faster = state(_cmp(1.31, "better"), "A", "B")
-    assert faster.text == ("B is 1.31x faster than A (tokens/s per device, 95% CI [1.24, 1.38]) "
-                           "at equal loss at 2,048 tokens")
+    assert faster.text == ("B runs at 1.31x the speed of A (31% faster) at equal loss at 2,048 tokens "
+                           "(tokens/s per device, 95% CI [1.24, 1.38])")
     slower = state(_cmp(0.5, "worse", "worse"), "A", "B")
     assert slower.faster is False and "but its loss at matched tokens is worse" in slower.text
     none = state(_cmp(1.01, "no significant difference"))
@@ -34,6 +34,38 @@ def test_claim_sentences() -> None:
     assert not holds(faster, none)[0]
     assert holds(faster, state(_cmp(1.2, "better", "worse"))) == (False, "the loss verdict changed: "
                                                                  "no significant difference -> worse")
+
+
+def test_the_words_match_the_numbers() -> None:
+    """Issue 35's misleading texts: a verdict that did not say which rule decided it, and a ratio below 1 read
+    as "0.90x slower" (it is 0.90x the speed: 10% slower)."""
+    def row(ratio: float, ci: list[float], verdict: str, rule: str) -> dict:
+        return {"metrics": [
+            {"name": THROUGHPUT, "ratio": ratio, "ci": ci, "verdict": verdict, "reason": None,
+             "evidence": "3 vs 3 runs", "rule": rule},
+            {"name": LOSS, "ratio": 1.0, "verdict": "no significant difference", "note": "..2,048 tokens",
+             "reason": None}], "confounded": []}
+
+    level = state(row(1.12, [1.0, 1.26], "no significant difference",
+                      "p = 0.048 > 0.04, the speed family's level"), "e10", "l1")
+    assert level.text == ("no significant throughput difference between l1 and e10: 1.12x at equal loss at 2,048 "
+                          "tokens (tokens/s per device, 95% CI [1.00, 1.26], 3 vs 3 runs; p = 0.048 > 0.04, the "
+                          "speed family's level)")
+    small = state(row(1.05, [1.01, 1.09], "no significant difference",
+                      "1.05x is below the 5% minimum change (p = 0.011 < 0.04, the speed family's level)"))
+    assert "1.05x is below the 5% minimum change" in small.text and small.faster is None
+    slower = state(row(0.90, [0.866, 0.942], "worse", "p = 0.001 < 0.04, and 0.9x exceeds the 5% minimum change"),
+                   "e10", "l1")
+    assert slower.text.startswith("l1 runs at 0.90x the speed of e10 (10% slower) at equal loss")
+    assert "slower than" not in slower.text and slower.faster is False
+    faster = state(row(1.15, [1.1, 1.2], "better", "p = 0.001 < 0.04"), "A", "B")
+    assert faster.text.startswith("B runs at 1.15x the speed of A (15% faster)")
+    # two replicates that differ: still no claim about the configuration, but the finding is named
+    same = state({**row(0.85, [0.8, 0.9], "worse", "p = 0.002 < 0.04, the speed family's level"),
+                  "same_config": True}, "r1", "r2")
+    assert not same.supported
+    assert "but these two runs differ: r2 ran at 0.85x the speed of r1 (15% slower)" in same.text
+    assert "a finding about the runs" in same.text
 
 
 def test_no_claim_without_between_run_evidence() -> None:
@@ -66,7 +98,8 @@ def test_claim_at_another_scale_end_to_end(ledger_cli, ledger_dir) -> None:
         assert rep.returncode == 0, rep.stderr
     stated = ledger_cli("claim", "slow", "fast")
     assert stated.returncode == 0, stated.stderr
-    assert stated.stdout.startswith("fast is ") and "x faster than slow" in stated.stdout
+    assert stated.stdout.startswith("fast runs at ") and "x the speed of slow (" in stated.stdout
+    assert "% faster)" in stated.stdout
     assert "2 vs 2 runs" in stated.stdout
     out = ledger_cli("claim", "slow", "fast", "--at", "layers=x2", "--json", timeout=600)  # four replays
     assert out.returncode == 0, out.stderr
