@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TARGET_MB_S = 100.0
 TARGET_RSS_MB = 64.0
@@ -124,17 +125,38 @@ def parse_mb_s(path: Path) -> tuple[float, float, int]:
     from ledger.ingest.formats.scan import LineCapture
 
     best, best_cpu, steps = float("inf"), float("inf"), 0
+    clock = _clock(path)
     for _ in range(2):
         capture = LineCapture()
         t0, c0 = time.perf_counter(), time.process_time()
         capture.feed_file(path)
         rows = capture.best()
         if rows is not None:
-            rows.tables()
+            if clock is not None and hasattr(rows, "build_tables"):  # timed by the output's clock, as recorded
+                rows.build_tables(clock.times(rows.merged().lines))
+            else:  # a tree from before arrival times: its tables as they were
+                rows.tables()
         best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
         steps = rows.step_count() if rows else 0
     size = path.stat().st_size / 1e6
     return size / best, size / best_cpu, steps
+
+
+def _clock(path: Path) -> Any:
+    """A clock of the file as the output tee keeps one (:mod:`ledger.store.clock`): a mark per 4 KiB read (a
+    pseudo-terminal's pieces; a pipe's are larger), 1 ms apart; None in a tree from before the clock."""
+    try:
+        from ledger.store.clock import Clock
+    except ImportError:
+        return None
+    data = path.read_bytes()
+    ends = range(4096, len(data) + 4096, 4096)
+    lines, count, pos = [], 0, 0
+    for end in ends:
+        count += data.count(b"\n", pos, end)
+        pos = end
+        lines.append(count)
+    return Clock.of([(n, 1000.0 + 0.001 * i) for i, n in enumerate(lines)])
 
 
 def record_mb_s(path: Path, tmp: Path) -> float | None:

@@ -19,10 +19,22 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
-if TYPE_CHECKING:
-    from ledger.analyses.metrics import MetricRow
+
+class Judged(Protocol):
+    """What :func:`runs_needed` reads of a row of a comparison (:class:`ledger.analyses.metrics.MetricRow`)."""
+
+    @property
+    def ci(self) -> tuple[float, float] | None: ...
+    @property
+    def ci_of(self) -> Literal["ratio", "delta"] | None: ...
+    @property
+    def n(self) -> tuple[int, int]: ...
+    @property
+    def df(self) -> int | None: ...
+    @property
+    def threshold(self) -> float: ...
 
 POWER = 0.8
 """The power the hint is sized for."""
@@ -92,7 +104,7 @@ def runs_per_side(effect: float, sd: float, alpha: float = 0.05, target: float =
     return hi
 
 
-def runs_needed(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> int | None:
+def runs_needed(row: Judged, level: float = 0.95, alpha: float = 0.05) -> int | None:
     """Runs per side for 80% power to find the row's smallest change worth reporting, with the between-run SD its
     interval implies (half-width = t quantile x SD x sqrt(1/na + 1/nb)); None when it cannot be said."""
     from scipy import stats
@@ -114,4 +126,4 @@ def runs_needed(row: MetricRow, level: float = 0.95, alpha: float = 0.05) -> int
     return runs_per_side(effect, sd, alpha, extra_df=max(0, df - (na + nb - 2)))
 
 
-__all__ = ["MAX_RUNS", "MOST", "POWER", "power", "runs_for_power", "runs_needed", "runs_per_side"]
+__all__ = ["MAX_RUNS", "MOST", "POWER", "Judged", "power", "runs_for_power", "runs_needed", "runs_per_side"]

@@ -51,23 +51,19 @@ def render(run: running.RunInProgress, table: pa.Table, now: float | None = None
 
 
 def _rates(table: pa.Table, last: pa.Table, p: running.Progress) -> tuple[str, np.ndarray, str]:
-    """The rate column's name, its values for ``last``'s rows, and the header's figure."""
-    tps = running.column(last, "tokens_per_s")
-    if np.isfinite(tps).any() or p.tokens_per_s is not None:
-        return "tokens/s", tps, fmt.si(p.tokens_per_s, "tok/s")
-    if "samples_per_s" in table.column_names:
-        sps = running.column(last, "samples_per_s")
-        if np.isfinite(sps).any():
-            finite = sps[np.isfinite(sps)]
-            return "samples/s", sps, fmt.si(float(finite[-1]), "samples/s")
+    """The rate column's name, its values for ``last``'s rows, and the header's figure (:attr:`Progress.rate`)."""
+    head = fmt.si(p.rate, p.rate_unit)
+    if p.rate_unit == "tok/s":
+        return "tokens/s", running.column(last, "tokens_per_s"), head
+    if p.rate_unit == "samples/s":
+        return "samples/s", running.column(last, "samples_per_s"), head
     s, t = running.column(last, "step"), running.column(last, "time")
     per_row = np.full(last.num_rows, np.nan)
     if last.num_rows > 1:
         with np.errstate(divide="ignore", invalid="ignore"):
             ds, dt = np.diff(s), np.diff(t)
             per_row[1:] = np.where((ds > 0) & (dt > 0), ds / dt, np.nan)
-    overall = 1.0 / p.seconds_per_step if p.seconds_per_step else None
-    return "steps/s", per_row, fmt.si(overall, "steps/s")
+    return "steps/s", per_row, head
 
 
 def watch(run: running.RunInProgress, console: Console, interval: float = 0.5,

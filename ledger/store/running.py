@@ -66,6 +66,11 @@ class Progress:
     eta_s: float | None
     """(planned - current step) x seconds per step; None without a planned step count."""
     rows: int
+    rate: float | None = None
+    """The run's rate now: :attr:`tokens_per_s` where it has tokens, else the samples/s it printed last, else steps/s
+    (1 / :attr:`seconds_per_step`: a launch without the SDK timed by when its lines arrived)."""
+    rate_unit: str = "tok/s"
+    """``tok/s``, ``samples/s`` or ``steps/s``."""
 
 
 def _run(run_dir: Path) -> RunInProgress:
@@ -215,5 +220,13 @@ def progress(table: pa.Table, planned_steps: int | None) -> Progress:
     if planned_steps is not None and seconds_per_step is not None:
         eta = max(0, planned_steps - step) * seconds_per_step
     tokens = _last(k)
+    value, unit = rate, "tok/s"
+    if value is None:
+        printed = column(recent, "samples_per_s") if "samples_per_s" in recent.column_names else np.empty(0)
+        printed = printed[np.isfinite(printed)]
+        if printed.size:
+            value, unit = float(printed[-1]), "samples/s"
+        elif seconds_per_step:
+            value, unit = 1.0 / seconds_per_step, "steps/s"
     return Progress(step, _last(column(recent, "loss")), None if tokens is None else int(tokens), rate,
-                    seconds_per_step, eta, n)
+                    seconds_per_step, eta, n, value, unit)

@@ -296,9 +296,10 @@ class Rows:
         return out
 
     def columns(self) -> list[str]:
-        """Metric names of the steps, columns first, in a stable order (``epoch`` and the reserved names not)."""
-        names = [n for n in self._names if n not in RESERVED] if self._merged is None or self._names else \
-            [n for n in self._merged.values if n not in RESERVED]
+        """Metric names of the steps, columns first, in a stable order (``epoch`` among them; the names that label
+        a line, ``@total`` and ``@rank``, not)."""
+        names = [n for n in self._names if n not in (TOTAL, RANK)] if self._merged is None or self._names else \
+            [n for n in self._merged.values if n not in (TOTAL, RANK)]
         known = [c for c in ("loss", "lr", "grad_norm") if c in names]
         return known + sorted(n for n in names if n not in known)
 

@@ -163,11 +163,18 @@ def live_state(ledger: Ledger, run_uuid: str) -> dict[str, Any]:
     table = running.steps(run)
     p = running.progress(table, run.planned_steps)
     planned = f"/{run.planned_steps}" if run.planned_steps else ""
-    status = (f"step {p.step if p.step is not None else '-'}{planned}, loss {fmt.num(p.loss)}, "
-              f"{fmt.si(p.tokens_per_s, 'tok/s')}, ETA {fmt.duration(p.eta_s)}")
+    epoch = f"epoch {run.epoch:g}, " if run.epoch is not None else ""
+    status = (f"{epoch}step {p.step if p.step is not None else '-'}{planned}, loss {fmt.num(p.loss)}, "
+              f"{fmt.si(p.rate, p.rate_unit)}, ETA{' (epoch)' if epoch else ''} {fmt.duration(p.eta_s)}")
     figure = None
     if table.num_rows:
-        x, y = running.column(table, "tokens"), running.column(table, "loss")
-        figure = plots.lines([plots.Line(run.label, x, y)], "training loss vs tokens (live)", "tokens", "loss")
+        y = running.column(table, "loss")
+        x, axis = running.column(table, "tokens"), "tokens"
+        if not np.isfinite(x).any():  # a launch without the SDK: its lines' arrival, else their order
+            t = running.column(table, "time")
+            ok = np.isfinite(t)
+            x, axis = (t - t[ok].min(), "seconds since its first step line") if ok.any() else (
+                np.arange(1, table.num_rows + 1, dtype=np.float64), "step line")
+        figure = plots.lines([plots.Line(run.label, x, y)], f"training loss vs {axis} (live)", axis, "loss")
     return {"status": status, "rows": table.num_rows, "figure": figure, "receipt": None,
             "eta_s": p.eta_s if p.eta_s is not None and math.isfinite(p.eta_s) else None}

@@ -480,3 +480,33 @@ def test_html_report_renders_in_headless_chromium(planted: Planted, tmp_path: Pa
     assert not console, console
     assert dom.stdout.count("<svg") >= 5 and "training loss vs tokens" in dom.stdout
     assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+PLAIN_LOOP = """
+import sys, time
+pause = float(sys.argv[1])
+for i in range(1, 31):
+    time.sleep(pause)
+    print(f"step {i} | loss {3.0 / i ** 0.5:.4f} | lr 0.001", flush=True)
+"""
+
+
+def test_compare_of_two_wrapped_runs_gives_speed_and_loss(ledger_cli, tmp_path: Path) -> None:
+    """Issue 33: two runs of a plain loop that prints `step N | loss X` (no SDK, no tokens), one pausing twice as
+    long per step. Before, every speed and loss row was unavailable (no captured step had a time). Now steps/s and
+    step time come from when the lines arrived, about 2x apart, and the loss is matched by wall time and by step;
+    only the rows that need tokens are unavailable, and they say so."""
+    script = tmp_path / "loop.py"
+    script.write_text(PLAIN_LOOP)
+    for name, pause in (("slow", "0.06"), ("fast", "0.03")):
+        ledger_cli("record", "--name", name, "--telemetry-interval", "0", "--", sys.executable, str(script), pause,
+                   check=True)
+    rows = {m["name"]: m for m in json.loads(ledger_cli("compare", "slow", "fast", "--json", check=True).stdout)[
+        "metrics"]}
+    speed = rows["steps/s"]
+    assert speed["verdict"] != "unavailable" and 1.5 <= speed["ratio"] <= 2.5, speed
+    assert 0.4 <= rows["step time (median)"]["ratio"] <= 0.67, rows["step time (median)"]
+    for name in ("loss @ matched wall time", "loss @ matched steps"):
+        assert rows[name]["verdict"] != "unavailable", rows[name]
+    assert rows["loss @ matched steps"]["ratio"] == pytest.approx(1.0)  # the same losses at the same steps
+    assert rows["tokens/s per device"]["verdict"] == "unavailable"

@@ -162,3 +162,23 @@ def test_the_same_steps_whether_read_by_parsers_or_templates(pieces: int) -> Non
         tables.append(best.tables()["steps"])
     assert tables[0].equals(tables[1])
     assert tables[0].column("step").to_pylist() == list(range(1, 6001))
+
+
+def test_a_keras_log_read_with_parse_is_five_epochs_not_one_step() -> None:
+    """The issue's `--parse` case on Keras's shape (tests/fixtures/logs/keras.log): the counter `10/10` printed
+    once per epoch, 5 epochs. Before, they were 1 step (the later ones dropped as repeats); now 5, at 10..50, the
+    last loss epoch 5's."""
+    from pathlib import Path
+
+    from ledger.ingest.worker import live_capture
+
+    text = (Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "keras.log").read_bytes()
+    c = live_capture(r"(?P<step>\d+)/\d+ \[=+\] - \S+ \S+ - loss: (?P<loss>[\d.]+) - accuracy: (?P<accuracy>[\d.]+)")
+    c.feed(text)
+    c.close()
+    rows = c.best()
+    assert rows is not None and rows.step_count() == 5
+    table = rows.tables()["steps"].to_pydict()
+    assert table["step"] == [10, 20, 30, 40, 50] and table["printed_step"] == [10] * 5
+    assert table["loss"] == [0.9123, 0.6431, 0.5012, 0.4410, 0.4105]
+    assert rows.identity()["epochs"] == 4

@@ -125,3 +125,59 @@ def test_grandchild_holding_the_pipes_does_not_hold_the_wrapper(ledger_cli, ledg
     assert r["duration_s"] < 60  # the child's own life, not the grandchild's
     assert any("still ran" in p["message"] and "terminated" in p["message"] for p in r["problems"])
     assert "started" in (receipt_dir(ledger_dir, rid) / "output.log").read_text()
+
+
+PRINTING = """
+import sys, time
+with open(sys.argv[1], "a") as log:
+    for i in range(1, 301):
+        print(f"step {i} loss {4.0 / i:.5f} lr 0.001", flush=True)
+        log.write(f"{i} {time.time()}\\n")
+        log.flush()
+        time.sleep(0.015)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_wrapper_killed_mid_output_keeps_every_step_printed_a_second_before(
+        seed: int, ledger_cli, ledger_dir, tmp_path) -> None:
+    """Issue 34, item 1: a launch printing a flushed step line every 15 ms; its wrapper SIGKILLed at a random
+    moment while it prints; after `ledger recover`, every step printed more than a second before the kill is in
+    the published receipt (before, the log went through an 8 KiB buffer and 11 of 16 such runs kept none)."""
+    import os
+    import random
+    import signal
+    import subprocess
+
+    from conftest import BIN, child_env
+
+    script, printed = tmp_path / "printing.py", tmp_path / "printed.txt"
+    script.write_text(PRINTING)
+    wrapper = subprocess.Popen([str(BIN / "ledger"), "record", "--name", f"killed-{seed}", "--", "python",
+                                str(script), str(printed)], env=child_env(LEDGER_DIR=str(ledger_dir)),
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not printed.exists() and time.monotonic() < deadline:  # the launch has started printing
+        time.sleep(0.01)
+    time.sleep(random.Random(seed).uniform(1.2, 3.5))
+    os.kill(wrapper.pid, signal.SIGKILL)
+    killed = time.time()
+    wrapper.wait()
+    for run_dir in (ledger_dir / ".staging").iterdir():
+        facts = json.loads((run_dir / "wrapper.json").read_text())
+        if facts.get("child_pid"):
+            _wait_gone(facts["child_pid"])  # the launch dies on its next write to the wrapper's closed pipe
+    out = ledger_cli("recover")
+    assert out.returncode == 0, out.stderr
+    (rid,) = ids_in(ledger_dir)
+    r = load_receipt(ledger_dir, rid)
+    assert r["status"] == "interrupted"
+    times = {int(i): float(t) for i, t in (line.split() for line in printed.read_text().splitlines())}
+    before = {i for i, t in times.items() if t < killed - 1.0}
+    assert len(before) >= 10, (len(before), seed)
+    steps = json.loads(ledger_cli("query", "--json", f"SELECT step, loss, time FROM steps WHERE receipt_id = '{rid}'",
+                                  check=True).stdout)
+    got = {s["step"] for s in steps}
+    assert before <= got, sorted(before - got)[:10]
+    for s in steps:  # each step is the line printed, timed by its arrival (within a second of its print)
+        assert s["loss"] == round(4.0 / s["step"], 5) and abs(s["time"] - times[s["step"]]) < 1.0

@@ -6,6 +6,7 @@ progress shows up with its curve growing until it is published."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -232,6 +233,47 @@ def test_a_run_in_progress_updates_until_published(site: dict[str, object]) -> N
                                           "name=slow"], env=child_env(), check=True, capture_output=True,
                                          text=True).stdout)
         assert href == f"/receipt/{rows[0]['id']}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_a_wrapped_launch_in_progress_is_drawn_from_its_printed_lines(site: dict[str, object]) -> None:
+    """A loop without the SDK (`step N | loss X` lines, 0.15 s apart): its live page draws the loss against the
+    seconds since its first line (it prints no tokens), the status line gives steps/s from when the lines arrived,
+    and the drawn rows grow while it runs."""
+    b, base, root, ledger = site["browser"], site["base"], site["root"], site["ledger"]
+    assert isinstance(b, Browser) and isinstance(root, Path) and isinstance(ledger, Path)
+    (root / "plain.py").write_text("import time\nfor i in range(1, 41):\n    time.sleep(0.15)\n"
+                                   "    print(f'step {i} | loss {4.0 / i:.4f} | lr 0.001', flush=True)\n")
+    run = subprocess.Popen([str(BIN / "ledger"), "--ledger", str(ledger), "record", "--name", "plain", "--",
+                            "python", "plain.py"], cwd=root, env=child_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        uuid = None
+        while uuid is None and time.monotonic() < deadline:
+            found = [p.parent.name for p in (ledger / ".staging").glob("*/wrapper.json")
+                     if '"plain"' in p.read_text()]
+            uuid = found[0] if found else None
+            time.sleep(0.1)
+        assert uuid is not None
+        b.goto(f"{base}/live/{uuid}")
+        first = int(b.wait_for("+document.getElementById('live-loss').dataset.rows"))
+        later = int(b.wait_for(f"(function(){{var n=+document.getElementById('live-loss').dataset.rows;"
+                               f"return n>{first}?n:0;}})()"))
+        assert later > first >= 1
+        state = json.loads(urllib.request.urlopen(f"{base}/api/live/{uuid}", timeout=30).read())
+        assert re.search(r"step \d+, loss \d\.\d+, [\d.]+ steps/s", state["status"]), state["status"]
+        rate = float(re.search(r"([\d.]+) steps/s", state["status"]).group(1))  # type: ignore[union-attr]
+        assert 3 <= rate <= 9, state["status"]  # a line every 0.15 s: about 6.7 steps/s
+        figure = state["figure"]
+        assert "seconds since its first step line" in json.dumps(figure["layout"])
+        x = figure["data"][0]["x"]  # Plotly's typed array: float64 bytes, base64
+        xs = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"]) if isinstance(x, dict) else np.array(x)
+        assert xs[0] == 0 and (np.diff(xs) > 0).all() and xs[-1] < 30, xs
+        assert run.wait(timeout=60) == 0
     finally:
         if run.poll() is None:
             run.kill()
