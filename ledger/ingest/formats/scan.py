@@ -236,8 +236,12 @@ class Rows:
         ident = identify(obs)
         n_rows = ident.step.size
         values: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] = {}
+        one_to_one = n_rows == obs.lines.size  # each line a step of its own (most logs): the columns as read
         for name, (column, present) in obs.values.items():
             if not present.any():
+                continue
+            if one_to_one:
+                values[name] = (column, present)
                 continue
             at = np.flatnonzero(present)  # observations in line order: the first reading of each row wins
             rows_at, first = np.unique(ident.row[at], return_index=True)
