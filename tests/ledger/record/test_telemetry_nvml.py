@@ -66,3 +66,32 @@ def test_gpu_readings_in_the_table_units_with_clocks_temperature_and_ecc() -> No
     dict(gpus.sample(1.0))
     assert driver.asked.count(("ecc", 1)) == asked  # unsupported: not asked again
     assert driver.asked.count(("ecc", 0)) == 4  # corrected and uncorrected, twice
+
+
+def test_the_gpu_memory_the_launchs_processes_hold(tmp_path: Any) -> None:
+    """On GPU 0 the launch's two processes hold 30 and 12 GiB and another user's process 20 GiB: the launch's row
+    says 42 GiB, never the 80 GiB in use on the device; a process whose memory NVML cannot tell (None) is left out;
+    a device that cannot list its processes gives no such row, and is not asked again."""
+    from pathlib import Path
+
+    from ledger.record.telemetry import _Tree
+
+    class Listing(Driver):
+        def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:  # noqa: N802
+            self._ask("processes", h)
+            if h == 1:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return [SimpleNamespace(pid=101, usedGpuMemory=30 << 30), SimpleNamespace(pid=102, usedGpuMemory=12 << 30),
+                    SimpleNamespace(pid=900, usedGpuMemory=20 << 30), SimpleNamespace(pid=103, usedGpuMemory=None)]
+
+    proc = Path(tmp_path)
+    for pid, session in ((101, 100), (102, 100), (103, 100), (900, 900)):  # a /proc of four processes
+        (proc / str(pid)).mkdir()
+        (proc / str(pid) / "stat").write_text(f"{pid} (python) S 1 {pid} {session} 0 0 0 0 0 0 0 0 5 5 0 0 20 0\n")
+    driver = Listing()
+    gpus = _Gpus(driver, [(0, 0), (1, 1)], _Tree(proc, 100))
+    rows = dict(gpus.sample(1.0))
+    assert rows["gpu0:process"] == {"memory_bytes": 42 << 30} and "gpu1:process" not in rows
+    assert rows["gpu0"]["memory_bytes"] == 80 << 30
+    dict(gpus.sample(2.0))
+    assert driver.asked.count(("processes", 1)) == 1 and driver.asked.count(("processes", 0)) == 2
