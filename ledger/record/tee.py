@@ -225,8 +225,15 @@ class Tee:
         :data:`LineConsumer`."""
         import hashlib
 
-        self.log = open(log_path, "ab", buffering=0)  # a batch per write: in the kernel's hands when it returns
+        # a batch per write: in the kernel's hands when it returns; readable, for a consumer attached later (the
+        # lines before it are read back through this descriptor: a log another process removed still reads)
+        self.log = open(log_path, "a+b", buffering=0)
         self.log_path = log_path
+        self.start_offset = self.log.tell()
+        """Where this tee's bytes start in the log (a log that had bytes before keeps them first)."""
+        self.written = 0
+        """Bytes this tee wrote to the log."""
+        self._attaching: tuple[LineConsumer | None, Callable[[], None] | None] | None = None
         self.clock = ClockWriter(log_path.with_name(CLOCK_FILE))
         self.lines = 0
         """Lines written to the log by this tee (the line count its clock's marks give)."""
@@ -256,10 +263,9 @@ class Tee:
         """The pumps stopped at the cutoff with the streams still open."""
         self.error: str | None = None
 
-    def start(self, streams: tuple[IO[bytes], IO[bytes]], *, writer: bool = True) -> None:
-        """Start a pump per stream and (``writer``) the writer. With ``writer=False`` the output waits in the
-        spool until :meth:`start_writer`: the wrapper starts the pumps as soon as the launch runs and the
-        writer once the parser it feeds is built."""
+    def start(self, streams: tuple[IO[bytes], IO[bytes]]) -> None:
+        """Start a pump per stream and the writer: the log (and its clock) is written from the launch's first line,
+        whether or not a consumer is attached yet (:meth:`attach`)."""
         # The writer's batches (redaction, parsing) hold the GIL between their C calls; a pump waiting for it
         # holds back the child. A short switch interval hands it over within SWITCH_S instead of 5 ms.
         self._switch = sys.getswitchinterval()
@@ -270,8 +276,7 @@ class Tee:
             t = threading.Thread(target=self._pump, args=(stream, out), name="ledger-tee-pump", daemon=True)
             t.start()
             self.pumps.append(t)
-        if writer:
-            self.writer.start()
+        self.writer.start()
 
     def wait_quiet(self, quiet_s: float, limit_s: float, done: Callable[[], bool]) -> None:
         """Return once no output came for ``quiet_s`` seconds, ``done()`` is true (the child exited) or
@@ -284,12 +289,41 @@ class Tee:
                 return
             time.sleep(min(quiet_s, 0.01))
 
-    def start_writer(self, consumer: LineConsumer | None, idle: Callable[[], None] | None = None) -> None:
-        """Start the writer of a tee started with ``writer=False``, handing each batch to ``consumer`` (and calling
-        ``idle`` when the output paused for :data:`IDLE_S`)."""
-        self.consumer = consumer
-        self.idle = idle
-        self.writer.start()
+    def attach(self, consumer: LineConsumer | None, idle: Callable[[], None] | None = None) -> None:
+        """Hand each batch the log gets from now on to ``consumer`` (and call ``idle`` when the output paused for
+        :data:`IDLE_S`), after the lines the log got before, read back from it: the wrapper builds the parser after
+        the launch started, and its first lines are in the log already. The writer does it, between two batches
+        (within :data:`IDLE_S`), so that the consumer sees every line once and in order."""
+        with self.spool.cond:
+            self._attaching = (consumer, idle)
+            self.spool.cond.notify()
+
+    def _take_attach(self) -> None:
+        """In the writer: a consumer attached since its last batch gets the log so far, then becomes the consumer."""
+        if self._attaching is None:
+            return
+        with self.spool.cond:
+            consumer, idle = self._attaching
+            self._attaching = None
+        if consumer is not None and self.written:
+            try:
+                fd, offset = self.log.fileno(), self.start_offset
+                left, carry = self.written, b""
+                while left > 0:
+                    block = os.pread(fd, min(BATCH, left), offset)
+                    if not block:
+                        break
+                    left -= len(block)
+                    offset += len(block)
+                    data = carry + block
+                    cut = data.rfind(b"\n") + 1 if left else len(data)  # whole lines, as every batch
+                    carry = data[cut:]
+                    if cut:
+                        consumer(data[:cut])
+            except Exception as exc:  # a parser's bug (or a log that cannot be read back) never stops the log
+                self.error = self.error or f"output.log: line consumer failed: {type(exc).__name__}: {exc}"
+                consumer, idle = None, None
+        self.consumer, self.idle = consumer, idle
 
     def backlog(self) -> int:
         """Bytes of output read from the pipes and not yet taken by the writer."""
@@ -348,6 +382,7 @@ class Tee:
             while self.spool.busy():
                 time.sleep(0.01)
             data = self.spool.take(IDLE_S)
+            self._take_attach()
             if data is None:
                 break
             if not data:  # the output paused: the consumer's turn to catch up (a live capture writes its trail)
@@ -367,6 +402,7 @@ class Tee:
             self._batch(batch)
         if pending:
             self._batch(pending)
+        self._take_attach()
 
     def _batch(self, batch: bytes) -> None:
         text = self.redact(batch)
@@ -382,7 +418,9 @@ class Tee:
         try:
             view = memoryview(text)
             while view:
-                view = view[self.log.write(view) or 0:]
+                n = self.log.write(view) or 0
+                self.written += n
+                view = view[n:]
         except OSError as exc:  # a full disk must never stall the child's output
             self.error = f"output.log: writing stopped: {exc.strerror or exc}"
             self.digest = None

@@ -1,5 +1,11 @@
 """`ledger record -- CMD`: run any training launch as a child and publish its receipt.
 
+The recording path is one pipeline, each stage entered once, in order (:func:`record`): the run's staging
+directory (:mod:`ledger.store.staging`) -> the launch and its streams (:mod:`ledger.record.streams`) -> the tee, the
+log on disk and its clock (:mod:`ledger.record.tee`) -> the live capture of the output, while it runs
+(:mod:`ledger.ingest.launch`, :mod:`ledger.ingest.worker`) -> the child's end -> what the output and the launch's
+files gave, into staging -> publish (:mod:`ledger.store.publish`).
+
 The child runs in its own process group with ``LEDGER_RUN_DIR`` pointing at the run's staging directory.
 The wrapper tees the child's stdout and stderr to the terminal and (secrets redacted) to ``output.log``,
 forwards SIGINT/SIGTERM/SIGHUP to the child's group, captures the stack in a background thread, samples
@@ -114,17 +120,71 @@ class RecordResult:
 
 
 def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
-    """Run the command under the ledger and publish its receipt.
+    """Run the command under the ledger and publish its receipt: one stage after the other (the module docs).
 
     The launch starts as soon as its staging directory is ready; the parser, the stack capture, the telemetry
     sampler and what publishing needs (pyarrow, numpy, the receipt models: most of the wrapper's import time)
     are loaded while it runs, once its output pauses (:meth:`ledger.record.tee.Tee.wait_quiet`)."""
-    from ledger.ingest.arguments import stage_arguments
-    from ledger.record.jobkey import resolve_job  # a multi-node job stages per node (None: a single run)
-    from ledger.record.streams import launch_streams
-    from ledger.record.tee import Tee
-    from ledger.redact import Redactor, StreamRedactor
+    _check(opts)
+    run = _stage(ledger, opts)  # staging: the run's directory, locked, its facts and arguments
+    launch = _launch(run, opts)  # streams: the child, its output to the tee, signals forwarded to it
+    live = _observe(run, opts, launch)  # live capture of its output, telemetry, the stack, while it runs
+    ended = _wait(run, opts, launch)  # its end, kept on disk at once
+    captured = _capture(run, opts, launch, live, ended)  # what its output and files gave, into staging
+    return _publish(ledger, run, ended, captured)  # one receipt, and the lines that say so
 
+
+@dataclass
+class _Run:
+    """A run being recorded: where it stages and what it knows of itself."""
+
+    ledger: Ledger
+    staging: Path
+    dir: Path
+    lock: int
+    facts: dict[str, Any]
+    env: dict[str, str]
+    redactor: Any
+    err: IO[bytes]
+    job: Any
+    """The multi-node job the run is a node of (:mod:`ledger.record.jobkey`), or None."""
+
+
+@dataclass
+class _Launched:
+    """The child, its streams and the tee that copies them."""
+
+    child: Popen[bytes]
+    streams: Any
+    tee: Any
+    forwarded: list[int]
+    previous: dict[int, Any]
+    """The signal handlers replaced while the child runs."""
+
+
+@dataclass
+class _Observers:
+    """What watches the launch while it runs: the output's live parser, the sampler, the stack capture."""
+
+    live: Any
+    sampler: Any
+    stack: threading.Thread
+
+
+@dataclass
+class _Ended:
+    """How the child ended."""
+
+    returncode: int
+    at: datetime
+    forwarded: list[int]
+    """The signals forwarded to it."""
+    notes: list[str]
+    """What the tee said about the end of the output (processes left, output cut)."""
+
+
+def _check(opts: RecordOptions) -> None:
+    """Refuse a launch that cannot run, before anything is written."""
     if not opts.command:
         raise BadInput("nothing to run: give the launch after `--`, e.g. ledger record -- python train.py")
     if shutil.which(opts.command[0]) is None and not Path(opts.command[0]).is_file():
@@ -133,6 +193,15 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         from ledger.ingest.formats.pattern import compile_pattern
 
         compile_pattern(opts.parse)
+
+
+def _stage(ledger: Ledger, opts: RecordOptions) -> _Run:
+    """The run's staging directory (a node's of a job), locked, with the wrapper's facts, the space its outcome
+    will need, and the launch's arguments and config files as they are at launch."""
+    from ledger.ingest.arguments import stage_arguments
+    from ledger.record.jobkey import resolve_job  # a multi-node job stages per node (None: a single run)
+    from ledger.redact import Redactor
+
     env = launch_environment() if opts.env is None else dict(opts.env)
     redactor = Redactor(env, opts.env_names)
     run_uuid = uuid.uuid4().hex
@@ -162,13 +231,22 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     write_wrapper_facts(run_dir, facts)
     _fill(run_dir / EXIT_FILE, {"returncode": None})  # reserve the space the outcome will need
     stage_arguments(run_dir, opts.command, opts.cwd, redactor)  # the config files as they are at launch
+    return _Run(ledger, staging, run_dir, lock_fd, facts, env, redactor, err, job)
 
-    forwarded: list[int] = []
+
+def _launch(run: _Run, opts: RecordOptions) -> _Launched:
+    """Start the child in a session of its own (a terminal for each of the wrapper's streams that is one, else a
+    pipe: :mod:`ledger.record.streams`), forward the signals meant for it, and start the tee's pumps (the output
+    is in the log from its first line; the parser attaches later: :mod:`ledger.record.tee`)."""
+    from ledger.record.streams import launch_streams
+    from ledger.record.tee import Tee
+    from ledger.redact import StreamRedactor
+
     fault("prelaunch")
-    outputs = (opts.stdout or sys.stdout.buffer, err)
-    streams = launch_streams(outputs)  # a terminal for each of the wrapper's that is one, else a pipe
-    child_env = env | {ENV_RUN_DIR: str(run_dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
-    if not all(streams.terminal) and UNBUFFERED not in env:
+    outputs = (opts.stdout or sys.stdout.buffer, run.err)
+    streams = launch_streams(outputs)
+    child_env = run.env | {ENV_RUN_DIR: str(run.dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
+    if not all(streams.terminal) and UNBUFFERED not in run.env:
         child_env[UNBUFFERED] = "1"  # lines reach the tee (and their time) as printed, not 8 KiB at a time
     try:
         child = Popen(list(opts.command), stdout=streams.child[0], stderr=streams.child[1], env=child_env,
@@ -177,49 +255,66 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
         streams.close()
         raise
     streams.launched()
-    write_wrapper_facts(run_dir, facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
+    write_wrapper_facts(run.dir, run.facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
     fault("launched")
+    forwarded: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def resized(_signum: int, _frame: object) -> None:  # the user's terminal: its new size, then the launch's turn
         streams.resized()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGWINCH)
 
-    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    previous: dict[int, Any] = {s: signal.signal(s, forward) for s in FORWARDED}
     if streams.any_terminal:
         previous[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, resized)
-    tee = Tee(run_dir / LOG_FILE, StreamRedactor(redactor).feed_bytes, outputs)
-    tee.start(streams.readers(), writer=False)  # the output waits in the spool until its parser exists
-    # what follows imports pyarrow, numpy and the receipt models, holding the interpreter lock for long stretches:
-    # not while the launch's first output pours out (the pumps would wait for the lock, and the launch for them)
+    tee = Tee(run.dir / LOG_FILE, StreamRedactor(run.redactor).feed_bytes, outputs)
+    tee.start(streams.readers())  # the log and its clock from the first line; the parser attaches later
+    return _Launched(child, streams, tee, forwarded, previous)
+
+
+def _observe(run: _Run, opts: RecordOptions, launch: _Launched) -> _Observers:
+    """Once the launch's first output pauses (what follows imports pyarrow, numpy and the receipt models, holding
+    the interpreter lock for long stretches, which would hold back the pumps and the launch with them): the
+    telemetry sampler, the stack capture, and the output's live parser, which the tee's writer feeds from now on
+    (:mod:`ledger.ingest.launch`: in the wrapper, then in a fork of it; it times the lines by ``output.clock``
+    and writes what it read so far for `ledger watch`)."""
+    child, tee = launch.child, launch.tee
     tee.wait_quiet(QUIET_S, QUIET_LIMIT_S, lambda: child.poll() is not None)
     with imports_without_collection(freeze=opts.process_ends and "duckdb" not in sys.modules):
-        sampler = _start_sampler(run_dir, opts.telemetry_interval, child.pid)
-        capture = threading.Thread(target=_capture, args=(run_dir, opts, env, redactor), daemon=True)
-        capture.start()
-        from ledger.ingest import launch
+        sampler = _start_sampler(run.dir, opts.telemetry_interval, child.pid)
+        stack = threading.Thread(target=_capture_stack, args=(run.dir, opts, run.env, run.redactor), daemon=True)
+        stack.start()
+        from ledger.ingest import launch as capture
 
-        live = launch.live_parser(opts.parse, run_dir)  # the output's metric lines, parsed as the log is written
-        live.watch(tee.backlog)  # much output already waiting: parsed in the worker from the start
-        tee.start_writer(live.feed, live.idle)
+        live = capture.live_parser(opts.parse, run.dir)
+        # output waiting to be parsed (logged before the parser attached, and not yet logged): when there is much
+        # of it already, the worker parses from the start
+        live.watch(lambda: max(0, tee.written - live.fed) + tee.backlog())
+        tee.attach(live.feed, live.idle)  # the log so far first, then each batch
         _load_publishing()
     fault("running")
+    return _Observers(live, sampler, stack)
+
+
+def _wait(run: _Run, opts: RecordOptions, launch: _Launched) -> _Ended:
+    """The child's end; the tee's too (it never waits for grandchildren that keep the pipes open longer than its
+    grace); the outcome written at once, in place, into the space reserved at launch (works on a full disk), so
+    that `ledger recover` of a wrapper that dies after this gives the run its true status."""
     try:
-        returncode = child.wait()
-        ended = datetime.now(UTC)
-        tee_notes = tee.finish(child.pid)  # never waits for grandchildren that keep the pipes open
+        returncode = launch.child.wait()
+        at = datetime.now(UTC)
+        notes = launch.tee.finish(launch.child.pid)
     finally:
-        for s, handler in previous.items():
+        for s, handler in launch.previous.items():
             signal.signal(s, handler)
-    with contextlib.suppress(OSError):  # in place, into the space reserved at launch: works on a full disk
-        _fill(run_dir / EXIT_FILE, {"returncode": returncode, "forwarded": forwarded, "ended_at": ended.isoformat()})
+    with contextlib.suppress(OSError):
+        _fill(run.dir / EXIT_FILE,
+              {"returncode": returncode, "forwarded": launch.forwarded, "ended_at": at.isoformat()})
     fault("finalizing")
     if opts.process_ends:  # the training is over: what is left is bookkeeping
         from ledger.process import reuse_freed_memory
@@ -227,51 +322,68 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
 
         yield_cpu()
         reuse_freed_memory(arrow=True)  # the capture's tables, the publish: large arrays made once, then the exit
+    return _Ended(returncode, at, list(launch.forwarded), notes)
+
+
+def _capture(run: _Run, opts: RecordOptions, launch: _Launched, observers: _Observers, ended: _Ended) -> str:
+    """What the launch's output and files gave (a Megatron launch's log; else the live parser's steps, or the log
+    read now when the parser failed), the notes of the tee and the sampler as receipt problems, the stack; returns
+    the sentence that says what was captured."""
+    from ledger.ingest import launch as capture
+    from ledger.ingest.live import augment
+
+    sampler, live = observers.sampler, observers.live
     if sampler is not None:
         sampler.stop()
     notes = [("telemetry", e) for e in (sampler.errors[:20] if sampler is not None else [])]
-    notes += [(LOG_FILE, n) for n in tee_notes]
-    # a Megatron launch without the SDK: its metrics and workload come from the tee'd log
-    from ledger.ingest.live import augment
-
-    notes += [("megatron log", n) for n in augment(run_dir, list(opts.command), run_dir / LOG_FILE)]
-    if tee.consumer is None:  # a failed parser: the log is read instead
+    notes += [(LOG_FILE, n) for n in ended.notes]
+    notes += [("megatron log", n) for n in augment(run.dir, list(opts.command), run.dir / LOG_FILE)]
+    parsed = launch.tee.consumer is not None  # else the parser failed: the log is read instead
+    if not parsed:
         live.abandon()
     if live.note:
         notes.append((LOG_FILE, live.note))
-    captured = launch.finish(run_dir, opts.command, opts.cwd, launch.CaptureOptions(opts.parse, opts.tensorboard),
-                             live=live if tee.consumer is not None else None)
+    sentence: str = capture.finish(run.dir, opts.command, opts.cwd,
+                                   capture.CaptureOptions(opts.parse, opts.tensorboard),
+                                   live=live if parsed else None)
     with contextlib.suppress(OSError):  # published as problems of the receipt
-        add_problems(run_dir, notes)
-    capture.join(timeout=60)
+        add_problems(run.dir, notes)
+    observers.stack.join(timeout=60)
+    return sentence
 
-    outcome = outcome_of(returncode, forwarded, ended)
+
+def _publish(ledger: Ledger, run: _Run, ended: _Ended, captured: str) -> RecordResult:
+    """Publish the receipt (a node of a job: the job's, by node 0, once every node ended); on failure keep the
+    run's data in staging and say how to publish it later. Then say what was captured, why a failed run failed,
+    and what was published."""
+    from ledger.record.nodes import runtime_merge
+
+    outcome = outcome_of(ended.returncode, ended.forwarded, ended.at)
     exit_code, status = outcome.exit_code or 0, outcome.status
+    err = run.err
     try:
-        from ledger.record.nodes import runtime_merge
-
-        if job is not None:  # node 0 publishes the job once every node ended; the others stop here
+        if run.job is not None:  # node 0 publishes the job once every node ended; the others stop here
             from ledger.record.job import finish
 
-            job_receipt = finish(ledger, job, run_dir, redactor.text, err)
+            job_receipt = finish(ledger, run.job, run.dir, run.redactor.text, err)
             if job_receipt is None:
-                os.close(lock_fd)
-                return RecordResult(None, exit_code, run_dir)
+                os.close(run.lock)
+                return RecordResult(None, exit_code, run.dir)
             receipt = job_receipt
         else:
             from ledger.record.probe import merge_probe_telemetry
             from ledger.store.publish import publish
 
-            merge_probe_telemetry(run_dir)  # the nodes `ledger probe` sampled, if any
-            receipt = publish(ledger, run_dir, outcome, redact=redactor.text, locked=True,
-                              runtime=runtime_merge(run_dir))
+            merge_probe_telemetry(run.dir)  # the nodes `ledger probe` sampled, if any
+            receipt = publish(ledger, run.dir, outcome, redact=run.redactor.text, locked=True,
+                              runtime=runtime_merge(run.dir))
     except Exception as exc:  # nothing the run wrote may lose it: the data stays in staging
-        os.close(lock_fd)
-        source = "" if staging == ledger.staging else f" --from {staging}"
-        say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run_dir}; "
+        os.close(run.lock)
+        source = "" if run.staging == ledger.staging else f" --from {run.staging}"
+        say(err, f"ledger: could not publish the receipt ({exc}); the run's data is kept in {run.dir}; "
                   f"once the problem is fixed, publish it with `ledger recover{source} --ledger {ledger.root}`")
-        return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run_dir)
-    os.close(lock_fd)  # the index is left to its next reader, which catches up from the journal
+        return RecordResult(None, exit_code or EXIT_NOT_RECORDED, run.dir)
+    os.close(run.lock)  # the index is left to its next reader, which catches up from the journal
     say(err, f"ledger: {captured}")
     if receipt.failure is not None:
         where = f"line {receipt.failure.first_line} of " if receipt.failure.first_line else ""
@@ -281,7 +393,7 @@ def record(ledger: Ledger, opts: RecordOptions) -> RecordResult:
     own = "" if (receipt.status, receipt.exit_code) == mine else f"; this node: {status}, exit {exit_code}"
     say(err, f"ledger: recorded {receipt.id} ({receipt.name or 'unnamed'}, {receipt.status}, exit {receipt.exit_code}"
              f"{own})")
-    return RecordResult(receipt, exit_code, run_dir)
+    return RecordResult(receipt, exit_code, run.dir)
 
 
 EXIT_RESERVE = 512
@@ -347,7 +459,7 @@ def _staging_root(ledger: Ledger, err: IO[bytes]) -> Path:
         return fallback
 
 
-def _capture(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:
+def _capture_stack(run_dir: Path, opts: RecordOptions, env: Mapping[str, str], redactor: Any) -> None:
     """Capture the stack and write stack.json (never raises: a failed probe is recorded in its section)."""
     try:
         from ledger.record.capture import capture_stack

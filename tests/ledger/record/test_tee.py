@@ -127,32 +127,31 @@ def test_secrets_in_the_log_are_redacted_but_not_on_the_terminal(tmp_path: Path)
     assert token.encode() in terminal and token.encode() not in log
 
 
-def test_output_before_the_writer_starts_waits_in_the_spool_and_reaches_log_and_consumer(tmp_path: Path) -> None:
-    """The wrapper starts the pumps with the launch and the writer once the parser exists: whatever the child
-    printed in between is neither lost nor handed to the parser out of order."""
+def test_output_before_the_parser_attaches_is_logged_at_once_and_reaches_it_in_order(tmp_path: Path) -> None:
+    """The wrapper starts the tee with the launch and attaches the parser once it exists: whatever the child printed
+    in between is in the log at once (a wrapper killed then loses none of it), and reaches the parser first, read
+    back from the log, before the lines that come after, each once."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     terminal = io.BytesIO()
     log = tmp_path / "output.log"
     tee = Tee(log, StreamRedactor(Redactor({})).feed_bytes, (terminal, io.BytesIO()))
-    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
     lines = [f"step {i} loss {i / 7:.4f}\n".encode() for i in range(20_000)]  # 500 KB: more than a pipe holds
-    _write_all(out_w, b"".join(lines[:15_000]))  # returns once the pipe took it all: the pumps read on
+    first = b"".join(lines[:15_000])
+    _write_all(out_w, first)  # returns once the pipe took it all: the pumps read on
     deadline = time.monotonic() + 30
-    while len(terminal.getvalue()) < len(b"".join(lines[:15_000])) and time.monotonic() < deadline:
+    while len(log.read_bytes()) < len(first) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert terminal.getvalue() == b"".join(lines[:15_000])  # the child was never held back
-    while tee.backlog() < len(b"".join(lines[:15_000])) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tee.backlog() == len(b"".join(lines[:15_000]))  # what the wrapper's parser is told is waiting
-    assert log.read_bytes() == b""  # nothing written before there is a writer
+    assert terminal.getvalue() == first and log.read_bytes() == first  # logged with no parser attached
     seen: list[bytes] = []
-    tee.start_writer(seen.append)
+    tee.attach(seen.append)
     _write_all(out_w, b"".join(lines[15_000:]))
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(os.getpid() + 10**7) == []
     assert log.read_bytes() == b"".join(lines) == b"".join(seen)
+    assert all(chunk.endswith(b"\n") for chunk in seen)  # whole lines, as every batch
 
 
 def test_a_launch_that_never_stops_printing_has_its_log_written_while_it_runs(tmp_path: Path) -> None:
@@ -177,13 +176,13 @@ def test_a_launch_that_never_stops_printing_has_its_log_written_while_it_runs(tm
     assert log.read_bytes() == b"".join(f"step {i} loss {1 / (i + 1):.4f}\n".encode() for i in range(printed))
 
 
-def test_a_writer_never_started_still_writes_the_log(tmp_path: Path) -> None:
-    """A wrapper that failed between the launch and its parser: finish still writes out the whole log."""
+def test_a_parser_never_attached_leaves_the_log_whole(tmp_path: Path) -> None:
+    """A wrapper that failed between the launch and its parser: the log still has every line."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     log = tmp_path / "output.log"
     tee = Tee(log, StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
-    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
     os.write(out_w, b"step 1 loss 2.0\n")
     os.write(err_w, b"warning\n")
     os.close(out_w)
@@ -198,7 +197,7 @@ def test_wait_quiet_returns_on_a_pause_on_the_end_of_the_launch_or_at_its_limit(
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     tee = Tee(tmp_path / "output.log", StreamRedactor(Redactor({})).feed_bytes, (io.BytesIO(), io.BytesIO()))
-    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)), writer=False)
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
     tee.wait_quiet(0.02, 3600, lambda: False)  # no output at all: quiet
     stop = threading.Event()
 
@@ -216,7 +215,7 @@ def test_wait_quiet_returns_on_a_pause_on_the_end_of_the_launch_or_at_its_limit(
     finally:
         stop.set()
         feeder.join()
-    tee.start_writer(None)
+    tee.attach(None)
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(os.getpid() + 10**7) == []
