@@ -121,13 +121,15 @@ def agree(a: Floats, b: Floats, rounded: Bools | bool = True) -> Bools:
     """Whether each pair of values is the same figure: equal (NaN agrees with NaN), or, where ``rounded``, equal to
     the precision of the less precise printing: closer than half a unit of its last decimal (an exact half is
     another figure)."""
-    both_nan = np.isnan(a) & np.isnan(b)
     with np.errstate(invalid="ignore"):
         diff = np.abs(a - b)
-        exact = diff <= 1e-12 * np.maximum(np.abs(a), np.abs(b))
-        digits = np.minimum(decimals(a), decimals(b))
-        close = diff < 0.5 * np.power(10.0, -digits) * (1 - 1e-9)
-    return np.asarray(exact | both_nan | (a == b) | (close & rounded), dtype=np.bool_)
+        same = (a == b) | (diff <= 1e-12 * np.maximum(np.abs(a), np.abs(b))) | (np.isnan(a) & np.isnan(b))
+        need = ~same & rounded
+        if np.any(need):  # only pairs of two shapes that differ need their printed precision
+            at = np.flatnonzero(need)
+            digits = np.minimum(decimals(a[at]), decimals(b[at]))
+            same[at] = diff[at] < 0.5 * np.power(10.0, -digits) * (1 - 1e-9)
+    return np.asarray(same, dtype=np.bool_)
 
 
 def identify(obs: Observations) -> Identity:
@@ -284,14 +286,19 @@ def _differing(obs: Observations, row: Ints, first: Ints, joined: Bools) -> int:
         return 0
     at = np.flatnonzero(joined)
     head = first[row[at]]
-    rounded = np.zeros(at.size, np.bool_) if obs.shapes is None else obs.shapes[at] != obs.shapes[head]
+    rounded = None if obs.shapes is None else obs.shapes[at] != obs.shapes[head]
     differs = np.zeros(at.size, np.bool_)
     for name, (values, present) in obs.values.items():
         if name.startswith("@"):
             continue
-        both = present[at] & present[head]
-        if both.any():
-            differs[both] |= ~agree(values[at[both]], values[head[both]], rounded[both])
+        a, b = values[at], values[head]
+        with np.errstate(invalid="ignore"):
+            equal = (a == b) | (np.isnan(a) & np.isnan(b))  # one shape printed it twice: equal, or it differs
+        check = ~equal & present[at] & present[head]
+        if rounded is not None and check.any():  # two shapes: to the precision of the less precise printing
+            some = np.flatnonzero(check)
+            check[some] = ~agree(a[some], b[some], rounded[some])
+        differs |= check
     return int(differs.sum())
 
 
