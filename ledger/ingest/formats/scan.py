@@ -331,8 +331,10 @@ class Rows:
         cols: dict[str, pa.Array] = {"rank": pa.array(np.zeros(n, np.int32)), "step": pa.array(m.steps)}
         values = dict(m.values)
         if times is not None and n and np.isfinite(times).any():
-            cols["time"] = pa.array(times, mask=~np.isfinite(times))
-            derived["time"] = "when the line arrived (output timing)"
+            spread = spread_arrivals(m.steps, times, m.generation)
+            cols["time"] = pa.array(spread, mask=~np.isfinite(spread))
+            derived["time"] = ("when the line arrived (output timing); lines that arrived together (a launch that "
+                               "buffers its output) spread over the time since the arrival before, by their steps")
             if "step_time_s" not in values:
                 dt = step_times(m.steps, times, m.generation)
                 if np.isfinite(dt).any():
@@ -380,6 +382,33 @@ class Rows:
         if eval_times is not None:
             ev_cols["time"] = [None if not math.isfinite(t) else t for t in eval_times]
         return {"steps": table("steps", cols), "evals": table("evals", ev_cols)}, Derived(derived)
+
+
+def spread_arrivals(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
+                    generation: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Each row's time: when its line arrived, except that rows whose lines arrived together (one read of a launch
+    that buffers its output) are spread evenly by step between the arrival before and theirs, the last at the
+    arrival itself. The first arrival, a restart's and rows whose steps do not rise keep the time they arrived."""
+    out = np.array(times, dtype=np.float64, copy=True)
+    n = steps.size
+    if n < 2:
+        return out
+    ok = np.isfinite(times)
+    new = np.ones(n, np.bool_)
+    new[1:] = (times[1:] != times[:-1]) | (generation[1:] != generation[:-1]) | ~ok[1:] | ~ok[:-1]
+    start = np.flatnonzero(new)
+    end = np.r_[start[1:], n] - 1
+    for k in np.flatnonzero(end > start).tolist():  # arrivals of several rows (rare unless buffered)
+        a, b = int(start[k]), int(end[k])
+        if a == 0 or not ok[a] or generation[a - 1] != generation[a] or not ok[a - 1]:
+            continue
+        t0, s0 = float(times[a - 1]), float(steps[a - 1])
+        span = float(steps[b]) - s0
+        rows = steps[a:b + 1].astype(np.float64)
+        if span <= 0 or not (rows[1:] > rows[:-1]).all() or rows[0] <= s0:
+            continue
+        out[a:b + 1] = t0 + (float(times[b]) - t0) * (rows - s0) / span
+    return out
 
 
 def step_times(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],

@@ -182,3 +182,17 @@ def test_a_keras_log_read_with_parse_is_five_epochs_not_one_step() -> None:
     assert table["step"] == [10, 20, 30, 40, 50] and table["printed_step"] == [10] * 5
     assert table["loss"] == [0.9123, 0.6431, 0.5012, 0.4410, 0.4105]
     assert rows.identity()["epochs"] == 4
+
+
+def test_lines_that_arrived_together_are_spread_over_the_time_since_the_arrival_before() -> None:
+    """A launch that buffers its output: steps 60..100 arrive in one read at 8.2 s, the one before (50) at 7.4 s.
+    Their times are spread by step: 7.56, 7.72, 7.88, 8.04, 8.2 s (so goodput and the curves see the work where it
+    was done); a row alone, the first and a restart's keep their arrival."""
+    from ledger.ingest.formats.scan import spread_arrivals
+
+    steps = np.array([10, 50, 60, 70, 80, 90, 100, 60, 70])
+    times = np.array([5.0, 7.4, 8.2, 8.2, 8.2, 8.2, 8.2, 9.0, 9.0])
+    gen = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1])
+    got = spread_arrivals(steps, times, gen)
+    assert got[:2].tolist() == [5.0, 7.4] and got[2:7] == pytest.approx([7.56, 7.72, 7.88, 8.04, 8.2])
+    assert got[7:].tolist() == [9.0, 9.0]  # a restart's first arrival: nothing before it to spread from
