@@ -43,7 +43,7 @@ from ledger.ingest.formats.base import (
     Parsed,
     labelled,
 )
-from ledger.ingest.formats.identity import Identity, Observations, identify
+from ledger.ingest.formats.identity import Identity, Observations, agree, decimals, identify
 from ledger.ingest.formats.keyvalue import NAME as GENERIC
 from ledger.ingest.formats.template import Templates, agrees, checks
 from ledger.ingest.formats.trail import WRITE_S, Trail
@@ -249,6 +249,12 @@ class Rows:
             given = np.zeros(n_rows, np.bool_)
             out[rows_at] = column[at[first]]
             given[rows_at] = True
+            if obs.shapes is not None:  # two shapes of one step: the more precise printing of a value both gave
+                later = np.delete(at, first)
+                if later.size:
+                    held = out[ident.row[later]]
+                    finer = (decimals(column[later]) > decimals(held)) & agree(column[later], held, True)
+                    out[ident.row[later[finer]]] = column[later[finer]]
             values[name] = (out, given)
         totals = obs.totals[np.isfinite(obs.totals)]
         planned = int(totals.max()) if totals.size and not ident.epochs else None
