@@ -278,6 +278,12 @@ class Tee:
             self.pumps.append(t)
         self.writer.start()
 
+    def close_unstarted(self) -> None:
+        """Close the log and its clock of a tee that was never started (the launch could not start)."""
+        with contextlib.suppress(OSError):
+            self.log.close()
+        self.clock.close()
+
     def wait_quiet(self, quiet_s: float, limit_s: float, done: Callable[[], bool]) -> None:
         """Return once no output came for ``quiet_s`` seconds, ``done()`` is true (the child exited) or
         ``limit_s`` seconds passed: the moment for the wrapper's own work that holds the interpreter lock (its

@@ -244,6 +244,7 @@ def _launch(run: _Run, opts: RecordOptions) -> _Launched:
 
     fault("prelaunch")
     outputs = (opts.stdout or sys.stdout.buffer, run.err)
+    tee = Tee(run.dir / LOG_FILE, StreamRedactor(run.redactor).feed_bytes, outputs)  # the log exists at launch
     streams = launch_streams(outputs)
     child_env = run.env | {ENV_RUN_DIR: str(run.dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     if not all(streams.terminal) and UNBUFFERED not in run.env:
@@ -253,6 +254,7 @@ def _launch(run: _Run, opts: RecordOptions) -> _Launched:
                       cwd=opts.cwd, start_new_session=True)
     except BaseException:
         streams.close()
+        tee.close_unstarted()
         raise
     streams.launched()
     write_wrapper_facts(run.dir, run.facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
@@ -272,7 +274,6 @@ def _launch(run: _Run, opts: RecordOptions) -> _Launched:
     previous: dict[int, Any] = {s: signal.signal(s, forward) for s in FORWARDED}
     if streams.any_terminal:
         previous[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, resized)
-    tee = Tee(run.dir / LOG_FILE, StreamRedactor(run.redactor).feed_bytes, outputs)
     tee.start(streams.readers())  # the log and its clock from the first line; the parser attaches later
     return _Launched(child, streams, tee, forwarded, previous)
 
