@@ -82,6 +82,8 @@ MODULES: tuple[Module, ...] = (
     # the numbers ending in 5
     Module("identity", ("ledger/ingest/formats/identity.py",),
            ("tests/ledger/ingest/test_identity.py", "tests/ledger/ingest/test_identity_reference.py")),
+    Module("filters", ("ledger/store/filters.py",),
+           ("tests/ledger/store/test_filters.py", "tests/ledger/store/test_where_as_typed.py")),
 )
 
 DIGITS = "0516273849"
