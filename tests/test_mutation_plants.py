@@ -38,7 +38,10 @@ def test_every_mutated_module_and_its_tests_exist() -> None:
     run = load("run")
     for module in run.MODULES:
         assert all((ROOT / p).is_file() for p in module.paths), module.name
-        assert all((ROOT / t).is_file() for t in module.tests), module.name
+        assert all((ROOT / t.split("::")[0]).is_file() for t in module.tests), module.name
+        for node in (t for t in module.tests if "::" in t):  # a node id names a test of its file
+            path, name = node.split("::")
+            assert f"\ndef {name}(" in (ROOT / path).read_text(), node
     assert run.pattern("0516273849") == [] and run.pattern("05", "1") == ["*__mutmut_*[051]"]
     # the first sample is the module's K tenths, the second one digit more that no test was aimed at
     assert run.digits(1, True) == ("0", "5") and run.digits(3, True) == ("051", "6")

@@ -45,6 +45,7 @@ class Module:
     name: str
     paths: tuple[str, ...]
     tests: tuple[str, ...]
+    """Test files, or pytest node ids (``file::test``) where only some of a file's tests run in-process and fast."""
     sample: int = 1
     """The first sample, in tenths: the mutants whose number ends in one of the first ``sample`` digits of
     ``DIGITS`` (10: all). The second sample is the next digit."""
@@ -84,6 +85,13 @@ MODULES: tuple[Module, ...] = (
            ("tests/ledger/ingest/test_identity.py", "tests/ledger/ingest/test_identity_reference.py")),
     Module("filters", ("ledger/store/filters.py",),
            ("tests/ledger/store/test_filters.py", "tests/ledger/store/test_where_as_typed.py")),
+    # test_history.py's calibration (hundreds of simulated histories) and its CLI test stay out: slow, and a CLI
+    # child cannot import a mutated module
+    Module("history", ("ledger/analyses/history.py", "ledger/analyses/changepoints.py"),
+           (A + "test_history_figures.py",
+            A + "test_history.py::test_the_best_split_maximises_the_divergence_over_every_split_and_end",
+            A + "test_history.py::test_planted_shifts_are_found_and_flat_series_give_none",
+            A + "test_history.py::test_history_finds_the_regression_and_names_the_commit")),
 )
 
 DIGITS = "0516273849"
