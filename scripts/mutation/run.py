@@ -92,6 +92,12 @@ MODULES: tuple[Module, ...] = (
             A + "test_history.py::test_the_best_split_maximises_the_divergence_over_every_split_and_end",
             A + "test_history.py::test_planted_shifts_are_found_and_flat_series_give_none",
             A + "test_history.py::test_history_finds_the_regression_and_names_the_commit")),
+    Module("sequential", ("ledger/analyses/sequential.py", "ledger/replay/until_verdict.py"),
+           (A + "test_sequential_figures.py", "tests/ledger/replay/test_ab_until_verdict.py",
+            A + "test_sequential.py::test_the_confidence_sequence_is_the_inverted_test",
+            A + "test_sequential.py::test_decisions_and_their_rules",
+            A + "test_sequential.py::test_the_cap_and_the_result",
+            A + "test_sequential.py::test_runs_without_token_counts_are_judged_by_their_step_times")),
 )
 
 DIGITS = "0516273849"
