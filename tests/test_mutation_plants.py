@@ -44,8 +44,9 @@ def test_every_mutated_module_and_its_tests_exist() -> None:
             assert f"\ndef {name}(" in (ROOT / path).read_text(), node
     assert run.pattern("0516273849") == [] and run.pattern("05", "1") == ["*__mutmut_*[051]"]
     # the first sample is the module's K tenths, the second one digit more that no test was aimed at
-    assert run.digits(1, True) == ("0", "5") and run.digits(3, True) == ("051", "6")
-    assert run.digits(3, False) == ("051", "") and run.digits(10, True) == ("0516273849", "")
+    assert run.digits(1, 1) == ("0", "5") and run.digits(3, 1) == ("051", "6")
+    assert run.digits(3, 0) == ("051", "") and run.digits(10, 1) == ("0516273849", "")
+    assert run.digits(5, 5) == ("05162", "73849") and run.digits(8, 5) == ("05162738", "49")
     statuses = {"m.x_f__mutmut_10": "killed", "m.x_f__mutmut_20": "survived", "m.x_f__mutmut_5": "timeout",
                 "m.x_f__mutmut_15": "no tests", "m.x_f__mutmut_30": "not checked"}
     one, two = run.figure(statuses, "0"), run.figure(statuses, "5")

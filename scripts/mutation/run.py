@@ -10,8 +10,9 @@ bench-style JSON line per module::
 A mutant is *killed* when a test fails (or times out) with it; one that no targeted test reaches counts as
 surviving. Mutants are sampled by the last digit of their mutmut number: a module's *first sample* is the K
 tenths its tests were aimed at (the first K digits of ``DIGITS``, a fixed choice, so runs are comparable), and
-its *second sample* is the next digit, one tenth that no test was written against, printed beside the first
-(``second``): how far the tests carry beyond the mutants they were aimed at. A module meets the target when both
+its *second sample* is the next digit (or the next few, for a small module: ``Module.second``), mutants that no
+test was written against, printed beside the first (``second``): how far the tests carry beyond the mutants they
+were aimed at. A module meets the target when both
 samples do. ``--sample K`` sets K for every module (10: all mutants, no second sample); ``--first-only`` skips the
 second sample. Survivors are listed with ``--survivors`` (each with its sample), and ``docs/mutation.md`` holds
 the review of those that remain (equivalent mutants, with the reason).
@@ -48,7 +49,10 @@ class Module:
     """Test files, or pytest node ids (``file::test``) where only some of a file's tests run in-process and fast."""
     sample: int = 1
     """The first sample, in tenths: the mutants whose number ends in one of the first ``sample`` digits of
-    ``DIGITS`` (10: all). The second sample is the next digit."""
+    ``DIGITS`` (10: all)."""
+    second: int = 1
+    """The second sample, in tenths: the next ``second`` digits of ``DIGITS`` (a small module takes a larger share
+    of its mutants into both samples, or a handful of mutants would decide its figure)."""
 
 
 A = "tests/ledger/analyses/"
@@ -98,6 +102,15 @@ MODULES: tuple[Module, ...] = (
             A + "test_sequential.py::test_decisions_and_their_rules",
             A + "test_sequential.py::test_the_cap_and_the_result",
             A + "test_sequential.py::test_runs_without_token_counts_are_judged_by_their_step_times")),
+    # small modules: half their mutants in each sample
+    Module("clock", ("ledger/store/clock.py",), ("tests/ledger/store/test_output_clock.py",), 5, 5),
+    Module("failure", ("ledger/store/failure.py",),
+           ("tests/ledger/store/test_failure_lines.py",
+            "tests/ledger/store/test_failure.py::test_a_python_traceback_with_its_exception_and_line",
+            "tests/ledger/store/test_failure.py::test_torchrun_keeps_the_ranks_traceback_not_the_launchers",
+            "tests/ledger/store/test_failure.py::test_without_a_traceback_the_last_lines",
+            "tests/ledger/store/test_failure.py::test_the_line_number_counts_the_log_before_its_tail",
+            "tests/ledger/store/test_failure.py::test_a_missing_or_empty_log_has_no_failure"), 5, 5),
 )
 
 DIGITS = "0516273849"
@@ -120,10 +133,11 @@ def config(module: Module) -> str:
     ])
 
 
-def digits(sample: int, second: bool) -> tuple[str, str]:
-    """The last digits of the first sample (``sample`` tenths) and of the second (one more digit, or none)."""
+def digits(sample: int, second: int) -> tuple[str, str]:
+    """The last digits of the first sample (``sample`` tenths) and of the second (the next ``second`` digits, as
+    many as are left)."""
     first = DIGITS[:max(1, min(10, sample))]
-    return first, (DIGITS[len(first)] if second and len(first) < 10 else "")
+    return first, DIGITS[len(first):len(first) + max(0, second)]
 
 
 def pattern(first: str, second: str = "") -> list[str]:
@@ -144,11 +158,11 @@ def figure(statuses: dict[str, str], ends: str) -> dict[str, object]:
             "survivors": sorted(k for k, s in chosen.items() if s in ("survived", "no tests", "suspicious"))}
 
 
-def run_module(module: Module, sample: int, second: bool, max_children: int, keep: bool) -> dict[str, object]:
+def run_module(module: Module, sample: int, second: int, max_children: int, keep: bool) -> dict[str, object]:
     """Run one module's mutants; the figure as a dict (the second sample's under ``second``)."""
     from mutmut.stats import status_by_exit_code
 
-    first_digits, second_digit = digits(sample, second)
+    first_digits, second_digits = digits(sample, second)
     tree = copy_tree()
     start = time.monotonic()
     try:
@@ -160,7 +174,7 @@ def run_module(module: Module, sample: int, second: bool, max_children: int, kee
         env.pop("LEDGER_DIR", None)
         mutmut = Path(sys.executable).with_name("mutmut")
         proc = subprocess.run([str(mutmut), "run", "--max-children", str(max_children),
-                               *pattern(first_digits, second_digit)],
+                               *pattern(first_digits, second_digits)],
                               cwd=tree, env=env, capture_output=True, text=True)
         statuses: dict[str, str] = {}
         for path in module.paths:
@@ -171,8 +185,8 @@ def run_module(module: Module, sample: int, second: bool, max_children: int, kee
         one = figure(statuses, first_digits)
         out: dict[str, object] = {"figure": f"mutation_kill_rate:{module.name}", "unit": "mutants killed",
                                   "target": TARGET, **one}
-        if second_digit:
-            two = figure(statuses, second_digit)
+        if second_digits:
+            two = figure(statuses, second_digits)
             out["second"] = two
             out["met"] = bool(one["met"]) and bool(two["met"])
         out.update({"modules": list(module.paths), "seconds": round(time.monotonic() - start)})
@@ -192,7 +206,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, help=f"modules by name: {names}")
     parser.add_argument("--sample", type=int, default=None,
                         help="the first sample: K tenths of each module's mutants (1-10; default: the module's)")
-    parser.add_argument("--first-only", action="store_true", help="skip the second sample (one more tenth)")
+    parser.add_argument("--first-only", action="store_true", help="skip the second sample")
     parser.add_argument("--max-children", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     parser.add_argument("--survivors", action="store_true", help="list the surviving mutants of each module")
     parser.add_argument("--keep", action="store_true", help="keep each module's tree (for `mutmut show NAME` there)")
@@ -209,7 +223,7 @@ def main() -> int:
     all_met = True
     for module in chosen:
         sample = module.sample if args.sample is None else args.sample
-        result = run_module(module, sample, not args.first_only, args.max_children, args.keep)
+        result = run_module(module, sample, 0 if args.first_only else module.second, args.max_children, args.keep)
         survivors = [(name, "first") for name in result.pop("survivors")]  # type: ignore[attr-defined]
         second = result.get("second")
         if isinstance(second, dict):
