@@ -48,8 +48,8 @@ def test_every_mutated_module_and_its_tests_exist() -> None:
     assert run.digits(3, 0) == ("051", "") and run.digits(10, 1) == ("0516273849", "")
     assert run.digits(5, 5) == ("05162", "73849") and run.digits(8, 5) == ("05162738", "49")
     statuses = {"m.x_f__mutmut_10": "killed", "m.x_f__mutmut_20": "survived", "m.x_f__mutmut_5": "timeout",
-                "m.x_f__mutmut_15": "no tests", "m.x_f__mutmut_30": "not checked"}
+                "m.x_f__mutmut_15": "no tests", "m.x_f__mutmut_30": "not checked", "m.x_f__mutmut_40": "segfault"}
     one, two = run.figure(statuses, "0"), run.figure(statuses, "5")
-    assert (one["killed"], one["mutants"], one["value"], one["met"]) == (1, 2, 0.5, False)
+    assert (one["killed"], one["mutants"], one["value"], one["met"]) == (2, 3, 0.6667, False)
     assert one["survivors"] == ["m.x_f__mutmut_20"]
     assert (two["killed"], two["mutants"], two["no_tests"]) == (1, 2, 1)

@@ -7,15 +7,15 @@ bench-style JSON line per module::
     {"figure": "mutation_kill_rate:stats", "value": 0.91, "target": 0.85, "met": true, "killed": ...,
      "mutants": ..., "sampled": "1 in 4", ...}
 
-A mutant is *killed* when a test fails (or times out) with it; one that no targeted test reaches counts as
-surviving. Mutants are sampled by the last digit of their mutmut number: a module's *first sample* is the K
-tenths its tests were aimed at (the first K digits of ``DIGITS``, a fixed choice, so runs are comparable), and
-its *second sample* is the next digit (or the next few, for a small module: ``Module.second``), mutants that no
-test was written against, printed beside the first (``second``): how far the tests carry beyond the mutants they
-were aimed at. A module meets the target when both
-samples do. ``--sample K`` sets K for every module (10: all mutants, no second sample); ``--first-only`` skips the
-second sample. Survivors are listed with ``--survivors`` (each with its sample), and ``docs/mutation.md`` holds
-the review of those that remain (equivalent mutants, with the reason).
+A mutant is *killed* when a test fails (or times out, or crashes) with it; one that no targeted test reaches
+counts as surviving. Mutants are sampled by the last digit of their mutmut number: a module's *first sample* is
+the K tenths its tests were aimed at (the first K digits of ``DIGITS``, a fixed choice, so runs are comparable),
+and its *second sample* is the next digit (or the next few, for a small module: ``Module.second``), mutants that
+no test was written against, printed beside the first (``second``): how far the tests carry beyond the mutants
+they were aimed at. A module meets the target when both samples do. ``--sample K`` sets K for every module (10:
+all mutants, no second sample); ``--first-only`` skips the second sample. Survivors are listed with
+``--survivors`` (each with its sample), and ``docs/mutation.md`` holds the review of those that remain
+(equivalent mutants, with the reason).
 
 Usage: ``python scripts/mutation/run.py [--only NAME ...] [--sample K] [--first-only] [--max-children N]
 [--survivors] [--keep]``
@@ -111,6 +111,10 @@ MODULES: tuple[Module, ...] = (
             "tests/ledger/store/test_failure.py::test_without_a_traceback_the_last_lines",
             "tests/ledger/store/test_failure.py::test_the_line_number_counts_the_log_before_its_tail",
             "tests/ledger/store/test_failure.py::test_a_missing_or_empty_log_has_no_failure"), 5, 5),
+    Module("merge", ("ledger/store/merge.py", "ledger/store/summary.py"),
+           ("tests/ledger/store/test_merge.py", "tests/ledger/store/test_rank_files.py",
+            "tests/ledger/store/test_summary.py", "tests/ledger/store/test_stored_columns.py",
+            "tests/ledger/store/test_publish_parquet.py", "tests/ledger/store/test_publish_group.py")),
 )
 
 DIGITS = "0516273849"
@@ -149,7 +153,8 @@ def pattern(first: str, second: str = "") -> list[str]:
 def figure(statuses: dict[str, str], ends: str) -> dict[str, object]:
     """Kill rate of the mutants (by name: status) whose number ends in one of ``ends``."""
     chosen = {k: s for k, s in statuses.items() if k[-1] in ends and s not in ("not checked", "skipped")}
-    killed = sum(s in ("killed", "timeout", "caught by type check") for s in chosen.values())
+    # a mutant that crashes the test process (mutmut's "segfault": SIGSEGV or SIGKILL) is caught like a timeout
+    killed = sum(s in ("killed", "timeout", "caught by type check", "segfault") for s in chosen.values())
     n = len(chosen)
     rate = killed / n if n else 0.0
     return {"value": round(rate, 4), "met": bool(n) and rate >= TARGET, "killed": killed, "mutants": n,
