@@ -38,5 +38,18 @@ def test_every_mutated_module_and_its_tests_exist() -> None:
     run = load("run")
     for module in run.MODULES:
         assert all((ROOT / p).is_file() for p in module.paths), module.name
-        assert all((ROOT / t).is_file() for t in module.tests), module.name
-    assert run.pattern(10) == [] and run.pattern(3) == ["*__mutmut_*[051]"]
+        assert all((ROOT / t.split("::")[0]).is_file() for t in module.tests), module.name
+        for node in (t for t in module.tests if "::" in t):  # a node id names a test of its file
+            path, name = node.split("::")
+            assert f"\ndef {name}(" in (ROOT / path).read_text(), node
+    assert run.pattern("0516273849") == [] and run.pattern("05", "1") == ["*__mutmut_*[051]"]
+    # the first sample is the module's K tenths, the second one digit more that no test was aimed at
+    assert run.digits(1, 1) == ("0", "5") and run.digits(3, 1) == ("051", "6")
+    assert run.digits(3, 0) == ("051", "") and run.digits(10, 1) == ("0516273849", "")
+    assert run.digits(5, 5) == ("05162", "73849") and run.digits(8, 5) == ("05162738", "49")
+    statuses = {"m.x_f__mutmut_10": "killed", "m.x_f__mutmut_20": "survived", "m.x_f__mutmut_5": "timeout",
+                "m.x_f__mutmut_15": "no tests", "m.x_f__mutmut_30": "not checked", "m.x_f__mutmut_40": "segfault"}
+    one, two = run.figure(statuses, "0"), run.figure(statuses, "5")
+    assert (one["killed"], one["mutants"], one["value"], one["met"]) == (2, 3, 0.6667, False)
+    assert one["survivors"] == ["m.x_f__mutmut_20"]
+    assert (two["killed"], two["mutants"], two["no_tests"]) == (1, 2, 1)

@@ -30,7 +30,9 @@ MAX_CHARS = 500
 """Characters kept of each line."""
 _START = "Traceback (most recent call last):"
 _LAUNCHER = ("ChildFailedError", "torch.distributed.elastic", "torch/distributed/elastic")
-_PREFIX = re.compile(r"^\s*(?:\[(?:default|rank)?\d+\]:|\d+:(?=\s)|\[\d+,\d+\]<std(?:out|err)>:)\s?")
+# torchrun's ``[rank3]: `` and srun's ``3: `` separate the line by a space; mpirun's ``[1,3]<stderr>:`` does not (a
+# space after it is the line's own indentation)
+_PREFIX = re.compile(r"^\s*(?:(?:\[(?:default|rank)?\d+\]:|\d+:(?=\s))\s?|\[\d+,\d+\]<std(?:out|err)>:)")
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b.*|"
                         r"^[A-Za-z_][\w.]*: .+")
@@ -57,7 +59,9 @@ def failure_of(log: Path) -> Failure | None:
                 base = _count_lines(f, start) + 2
         except OSError:
             return None
-    clean = [_PREFIX.sub("", _ESCAPES.sub("", line.split("\r")[-1])).rstrip() for line in lines]
+    # what a terminal shows of each line: after its last carriage return (a progress bar redrawn), except one that
+    # ends it (``\r\n``: a log written with Windows line ends)
+    clean = [_PREFIX.sub("", _ESCAPES.sub("", line.rstrip("\r").split("\r")[-1])).rstrip() for line in lines]
     while clean and not clean[-1]:
         clean.pop()
     if not clean:
@@ -73,7 +77,7 @@ def failure_of(log: Path) -> Failure | None:
         end = next((j for j in starts if j > chosen), len(clean))
         block = _traceback(clean[chosen:end])
         kept = block[-MAX_LINES:]
-        exception = next((line.strip() for line in reversed(block) if _EXCEPTION.match(line.strip())), None)
+        exception = next((line.strip() for line in block[1:] if _exception_line(line)), None)
         first = chosen + (len(block) - len(kept))
     else:
         body = [i for i, line in enumerate(clean) if line.strip()]
@@ -85,16 +89,23 @@ def failure_of(log: Path) -> Failure | None:
                    first_line=base + first, log=log.name)
 
 
+def _exception_line(line: str) -> bool:
+    """Whether a line of a traceback after its first is its exception line: not indented (frames are), and read as
+    an exception (``ValueError: ...``, ``torch.OutOfMemoryError: ...``, ``KeyboardInterrupt``)."""
+    return bool(line) and not line[0].isspace() and _EXCEPTION.match(line.strip()) is not None
+
+
 def _traceback(lines: list[str]) -> list[str]:
-    """A traceback's lines: from its first line up to its exception line (and the chained ones before it), not
-    the output printed after it."""
+    """A traceback's lines: from its first line up to its exception line, the first after the frames (and the
+    indented lines of a multi-line message after it), not the output printed after it (``wandb: Synced ...``
+    reads like an exception line too)."""
     end = len(lines)
     for i in range(1, len(lines)):
-        line = lines[i]
-        if line and not line[0].isspace() and _EXCEPTION.match(line.strip()):
+        if _exception_line(lines[i]):
             end = i + 1
             while end < len(lines) and lines[end] and lines[end][0].isspace():  # a multi-line message
                 end += 1
+            break
     while end > 1 and not lines[end - 1].strip():
         end -= 1
     return lines[:end]

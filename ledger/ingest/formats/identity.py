@@ -144,12 +144,11 @@ def identify(obs: Observations) -> Identity:
                         merged=0, differing=0, segments=1, restarts=0, epochs=0)
     glob = np.empty(n, np.int64)
     gen = np.zeros(n, np.int64)
-    into = np.full(n, -1, np.int64)  # an earlier observation of the same step of the same label, when merged
     segments = restarts = epochs = 0
     for label in np.unique(obs.labels):
         idx = np.flatnonzero(obs.labels == label)
-        g, r, m, seg, rst, ep = _follow(obs, idx)
-        glob[idx], gen[idx], into[idx] = g, r, m
+        g, r, seg, rst, ep = _follow(obs, idx)
+        glob[idx], gen[idx] = g, r
         segments, restarts, epochs = max(segments, seg), max(restarts, rst), max(epochs, ep)
     # rows: one per (generation, step), in the order of their first observation
     key_order = np.lexsort((glob, gen))
@@ -175,72 +174,47 @@ def identify(obs: Observations) -> Identity:
                     epochs=epochs)
 
 
-def _follow(obs: Observations, idx: Ints) -> tuple[Ints, Ints, Ints, int, int, int]:
-    """One label's observations (indexes ``idx``, in line order): the step of the run and generation of each,
-    the observation each was merged into (-1: none), and the counts of segments after the first, restarts and
-    epochs."""
+def _follow(obs: Observations, idx: Ints) -> tuple[Ints, Ints, int, int, int]:
+    """One label's observations (indexes ``idx``, in line order): the step of the run and generation of each, and
+    the counts of segments after the first, restarts and epochs."""
     s = obs.steps[idx]
     n = s.size
-    glob = s.copy()
-    gen = np.zeros(n, np.int64)
-    into = np.full(n, -1, np.int64)
     back = np.flatnonzero(s[1:] <= s[:-1]) + 1
     if not back.size:  # the counter only rises: every line a step, the counter the step (most logs)
-        return glob, gen, into, 0, 0, 0
+        return s.copy(), np.zeros(n, np.int64), 0, 0, 0
     offset = 0
     generation = 0
     seg_start = 0  # index (in this label's sequence) of the current segment's first observation
     seen: dict[int, int] = {}  # printed step -> the index of its first observation in the current segment
     filled = 0  # observations up to here are in `seen` or decided
     segments = restarts = epochs = 0
-    for i in back.tolist():
+    # from each line where the counter does not rise on (and from the first line): the offset and generation in
+    # force, which every line up to the next such line shares
+    in_force = np.zeros((2, back.size + 1), np.int64)
+    for k, i in enumerate(back.tolist(), start=1):
         _remember(seen, s, filled, i)  # the rising run before this line: new steps of the segment
         filled = i + 1
         step = int(s[i])
         earlier = seen.get(step)
         first_step = int(s[seg_start])
-        if earlier is not None and _same_values(obs, int(idx[i]), int(idx[earlier])):
-            into[i] = earlier  # the same step again: another rank, another shape, the same line
-            glob[i] = glob[earlier]
-            gen[i] = generation
-            continue
-        repeat = int(s[i]) == int(s[i - 1]) and step > first_step
-        if repeat and earlier is not None:  # printed again at once with other values (per-rank figures): merged,
-            into[i] = earlier  # the first reading kept (the differing count says so)
-            glob[i] = glob[earlier]
-            gen[i] = generation
-            continue
-        segments += 1
-        if step <= first_step:  # back to the start: a new epoch (or cycle) after this one
-            epochs += 1
-            offset += _epoch_length(obs, idx, seg_start, i, s)
-        else:  # back into the middle, other values: a restart from a checkpoint
-            restarts += 1
-            generation += 1
-        seg_start = i
-        seen = {step: i}
-        glob[i] = offset + step
-        gen[i] = generation
-        # the rest of the segment, up to the next line where the counter does not rise, follows below
-    _remember(seen, s, filled, n)
-    # every observation not decided in the loop belongs to the segment in force at its line
-    decided = np.zeros(n, np.bool_)
-    decided[back] = True
-    starts = np.concatenate(([0], back))
-    seg_offset = np.zeros(starts.size, np.int64)
-    seg_gen = np.zeros(starts.size, np.int64)
-    for k, i in enumerate(starts.tolist()):
-        if k == 0:
-            continue
-        if into[i] >= 0:  # a merge is no segment start: carry the segment in force
-            seg_offset[k], seg_gen[k] = seg_offset[k - 1], seg_gen[k - 1]
-        else:
-            seg_offset[k], seg_gen[k] = glob[i] - s[i], gen[i]
-    which = np.searchsorted(starts, np.arange(n), side="right") - 1
-    rest = ~decided
-    glob[rest] = s[rest] + seg_offset[which[rest]]
-    gen[rest] = seg_gen[which[rest]]
-    return glob, gen, into, segments, restarts, epochs
+        same = earlier is not None and _same_values(obs, int(idx[i]), int(idx[earlier]))
+        # printed again at once with other values (per-rank figures): merged too, the first reading kept (the
+        # differing count says so)
+        repeat = earlier is not None and step == int(s[i - 1]) and step > first_step
+        if not (same or repeat):  # a new segment
+            segments += 1
+            if step <= first_step:  # back to the start: a new epoch (or cycle) after this one
+                epochs += 1
+                offset += _epoch_length(obs, idx, seg_start, i, s)
+            else:  # back into the middle, other values: a restart from a checkpoint
+                restarts += 1
+                generation += 1
+            seg_start = i
+            seen = {step: i}
+        # else the same step again (another rank, another shape, the same line): the segment in force goes on
+        in_force[:, k] = offset, generation
+    which = np.searchsorted(np.concatenate(([0], back)), np.arange(n), side="right") - 1
+    return s + in_force[0, which], in_force[1, which], segments, restarts, epochs
 
 
 def _remember(seen: dict[int, int], s: Ints, start: int, end: int) -> None:
