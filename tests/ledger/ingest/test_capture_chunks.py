@@ -162,7 +162,8 @@ def test_tables_with_the_outputs_clock_and_the_tokens_of_a_step() -> None:
     assert t["step_time_s"][0] is None and t["step_time_s"][1:3] == [0.5, 0.6] and t["step_time_s"][3] is None
     assert t["tokens"] == [5120, 10240, 15360, 20480] and t["grad_norm"] == [None, None, 0.5, None]
     assert derived.columns == {
-        "time": "when the line arrived (output timing)",
+        "time": "when the line arrived (output timing); lines that arrived together (a launch that buffers its output) "
+                "spread over the time since the arrival before, by their steps",
         "step_time_s": "time between the lines of two steps, divided by the steps between them (output timing)"}
     assert tables["steps"].schema.field("tokens").type == pa.int64()
     plain, nothing = rows.build_tables()
