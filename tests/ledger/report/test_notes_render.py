@@ -67,7 +67,7 @@ def test_compare_prints_each_runs_notes_under_its_label_or_its_short_id() -> Non
     notes.render_compare({A: [_rec("note", "slow node")], B: [_rec("note", "fine", rid=B)], "e" * 64: []},
                          {A: "base"}, console)
     lines = out.getvalue().splitlines()
-    assert "notes on these runs" in lines[0] and lines[0].startswith("─") and len(lines[0]) == 50
+    assert lines[0].strip("─") == " notes on these runs " and len(lines[0]) == 50  # a rule across the terminal
     assert lines[1:] == ["note base: 2026-12-02 10:31 alice@node17: slow node",
                          f"note {B[:8]}: 2026-12-02 10:31 alice@node17: fine"]
     console, out = _console()

@@ -84,6 +84,21 @@ def test_redaction_applies_to_the_text_and_the_author(tmp_path: Path) -> None:
     assert "hunter2" not in json.dumps(on_disk)
 
 
+def test_a_note_written_in_another_time_zone_is_stamped_in_utc(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # the machine's zone: +05:30
+    time.tzset()
+    try:
+        at = datetime(2026, 12, 2, 11, 31, tzinfo=timezone(timedelta(hours=1)))
+        assert annotation.add(tmp_path, RID, "note", "x", author="a", at=at).at == "2026-12-02T10:31:00.000000+00:00"
+        assert annotation.add(tmp_path, RID, "note", "y", author="a").at.endswith("+00:00")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_the_time_now_is_utc_with_microseconds(tmp_path: Path) -> None:
     before = datetime.now(UTC)
     record = annotation.add(tmp_path, RID, "note", "x", author="a")
@@ -92,21 +107,24 @@ def test_the_time_now_is_utc_with_microseconds(tmp_path: Path) -> None:
     assert before <= datetime.fromisoformat(record.at) <= after
 
 
+EMPTY = "empty note: give the text, e.g. ledger note REF 'ran on a degraded node'"
+
+
 @pytest.mark.parametrize(("kind", "rid", "text", "message"), [
     ("comment", RID, "x", "unknown annotation kind 'comment'; use one of: note, archive, unarchive"),
-    ("Note", RID, "x", "unknown annotation kind 'Note'"),
+    ("Note", RID, "x", "unknown annotation kind 'Note'; use one of: note, archive, unarchive"),
     ("note", RID[:12], "x", f"not a receipt id: '{RID[:12]}'"),
-    ("note", RID.upper(), "x", "not a receipt id"),
-    ("note", RID + "0", "x", "not a receipt id"),
-    ("note", RID, "", "empty note: give the text, e.g. ledger note REF 'ran on a degraded node'"),
-    ("note", RID, " \n\t ", "empty note"),
+    ("note", RID.upper(), "x", f"not a receipt id: '{RID.upper()}'"),
+    ("note", RID + "0", "x", f"not a receipt id: '{RID}0'"),
+    ("note", RID, "", EMPTY),
+    ("note", RID, " \n\t ", EMPTY),
     ("note", RID, "y" * 4001, "a note holds at most 4000 characters (this one has 4001)"),
 ])
 def test_what_a_user_may_type_wrong_is_refused_and_nothing_is_written(tmp_path: Path, kind: str, rid: str, text: str,
                                                                      message: str) -> None:
     with pytest.raises(BadInput) as err:
         annotation.add(tmp_path, rid, kind, text, author="a")  # type: ignore[arg-type]
-    assert message in str(err.value)
+    assert str(err.value) == message
     assert not (tmp_path / "annotations").exists()
 
 
