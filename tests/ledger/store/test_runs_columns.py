@@ -206,3 +206,15 @@ def test_steps_and_runs_of_a_real_ledger(tmp_path: Path) -> None:
     assert math.isclose(df["duration_s"][0], (df["ended_at"][0] - df["started_at"][0]).total_seconds(), abs_tol=1e-3)
     lg.note("b", "slow node", author="alice")
     assert list(lg.runs()["notes"]) == [0, 1]
+
+
+def test_times_with_and_without_fractions_of_a_second_in_one_frame() -> None:
+    # a receipt's JSON drops the fraction of a run that started on the second ("...:00Z"); others keep theirs
+    a = runs.record(_receipt(started_at="2026-12-02T10:00:00Z", ended_at="2026-12-02T10:30:00.500000+00:00"))
+    b = runs.record(_receipt(id="cd" + "1" * 62, started_at="2026-12-02T11:00:00.250000+00:00",
+                             ended_at="2026-12-02T12:00:00+02:00"))
+    df = runs.frame([a, b])
+    assert list(df["started_at"]) == [pd.Timestamp("2026-12-02T10:00:00", tz="UTC"),
+                                      pd.Timestamp("2026-12-02T11:00:00.25", tz="UTC")]
+    assert list(df["ended_at"]) == [pd.Timestamp("2026-12-02T10:30:00.5", tz="UTC"),
+                                    pd.Timestamp("2026-12-02T10:00:00", tz="UTC")]
