@@ -97,6 +97,10 @@ def test_columns_people_type_for_ls() -> None:
     assert console.table_columns(rows, ["id", "lr", "seed", "params.lr", "num_experts", "final_loss", "notes"]) == [
         "id", "params.lr", "workload.seed", "params.lr", "workload.model.num_experts", "summary.final_loss",
         "notes"]
+    # the ls columns come first: `steps` is the ls column even where the runs have a summary.steps
+    with_steps = [_with_fields(**{"summary.steps": 10, "stack.hardware.gpu_model": "H200"})]
+    assert console.table_columns(with_steps, ["steps", "gpu", "gpu_model"]) == [
+        "steps", "gpu", "stack.hardware.gpu_model"]
     with pytest.raises(BadInput) as err:
         console.table_columns(rows, ["name", "bogus", "owner"])
     assert str(err.value) == (
@@ -168,14 +172,19 @@ def test_ls_with_runs_table_columns(out: io.StringIO) -> None:
 
 def test_ls_refuses_a_column_no_row_has(out: io.StringIO) -> None:
     with pytest.raises(BadInput) as err:
-        console.receipts_table([_row(), BARE], ["id", "params.lr"])
-    assert str(err.value) == ("unknown column(s) 'params.lr' for --columns; choose from: id,name,status,started,time,"
-                              "attempt,steps,loss,tok/s,precision,experts,device,gpu,tags,notes")
+        console.receipts_table([_row(), BARE], ["id", "params.lr", "lr"])
+    assert str(err.value) == ("unknown column(s) 'params.lr', 'lr' for --columns; choose from: id,name,status,started,"
+                              "time,attempt,steps,loss,tok/s,precision,experts,device,gpu,tags,notes")
     with pytest.raises(BadInput) as err:
         console.receipts_table([_row()], [])
-    assert "(none given)" in str(err.value)
+    assert str(err.value) == ("unknown column(s) (none given) for --columns; choose from: id,name,status,started,"
+                              "time,attempt,steps,loss,tok/s,precision,experts,device,gpu,tags,notes")
     console.receipts_table([{**_row(), "fields": {}}], ["id", "params.lr"])  # every row has its fields: a blank cell
     assert re.fullmatch(r" 01234567\s+-", _lines(out)[3])
+    out.truncate(0)
+    out.seek(0)
+    console.receipts_table([{**_row(), "fields": {"params.lr": "0.1"}}, BARE], ["id", "params.lr"])  # BARE has none
+    assert [line.split() for line in _lines(out)[3:5]] == [["01234567", "0.1"], ["ffffffff", "-"]]
 
 
 def test_user_text_in_ls_is_shown_not_parsed(out: io.StringIO) -> None:
@@ -200,6 +209,7 @@ def test_user_text_in_ls_is_shown_not_parsed(out: io.StringIO) -> None:
     ("workload.seed", 7, "7"),
     ("stack.code.dirty", True, "True"),
     ("summary.energy_method", "nvml", "nvml"),
+    ("workload.precision.params", "bf16", "bf16"),  # a text field named like a count
     ("x.y_bytes", None, "-"),
 ])
 def test_receipt_fields_for_people(path: str, value: Any, text: str) -> None:
@@ -247,6 +257,19 @@ def test_show_prints_a_receipt_grouped_by_factor(out: io.StringIO, tmp_path: Pat
     assert re.search(r"│ output\.log    │ -    │ 10 B  │ cdcdcdcdcdcdcdcd │", text)
     assert "problem telemetry: no GPU [b]seen[/b]" in lines
     assert lines[-1] == f"output: {tmp_path / 'output.log'}"
+    at = lines.index("summary")
+    assert lines[at + 1].split() == ["steps", "100"]  # no header row: each line a field and its value
+    assert lines[lines.index("code") + 1].split() == ["stack.code.is_repo", "False"]
+    at = lines.index("artifacts")
+    assert re.fullmatch(r"┃ artifact +┃ rows ┃ bytes ┃ sha256 +┃", lines[at + 2])
+
+
+def test_a_receipts_problems_in_yellow(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "console", Console(file=buf, width=200, force_terminal=True,
+                                                     color_system="standard"))
+    console.receipt(_receipt())
+    assert "\x1b[33mproblem telemetry: no GPU [b]seen[/b]\x1b[0m" in buf.getvalue()  # SGR 33: yellow
 
 
 def test_show_without_a_directory_or_a_log(out: io.StringIO, tmp_path: Path) -> None:
@@ -323,6 +346,14 @@ def test_nodes_their_differences_and_the_stragglers(out: io.StringIO) -> None:
     console.nodes_and_stragglers(r, [(Factor.SOFTWARE, "torch 2.4.0 vs 2.5.0")], _stragglers())
     lines = _lines(out)
     text = "\n".join(lines)
+    assert lines[0] == "nodes"
+    assert re.fullmatch(r"┃ node ┃ host +┃ status ┃ ranks ┃ exit ┃ python ┃ torch ┃ NCCL +┃ driver ┃ packages +┃ "
+                        r"container +┃ code +┃ GPU +┃", lines[2])
+    at = lines.index("node hardware (probed on each node where available)")
+    assert re.fullmatch(r"┃ node ┃ GPU clocks +┃ ECC +┃ GPU topology ┃ CPU topology ┃ CPU governor ┃ CPU max MHz ┃",
+                        lines[at + 2])
+    at = lines.index("slowest ranks (work = timed phases without collectives)")
+    assert re.fullmatch(r"┃ rank ┃ node +┃ steps ┃ median work s ┃ relative ┃ individual ┃", lines[at + 2])
     assert re.search(r"│ 0 +│ host-a │ ended +│ 0,1 +│ 0 +│ 3\.11\.9 │ 2\.4\.0 │ 2\.21\.5 │ 550\.54 │ abcdef012345 +│ "
                      r"sha256:0123456789ab │ 0123456789\+deadbeef │ 8x H200 │", text)
     assert re.search(r"│ 1 +│ host-b │ lost +│ - +│ - +│ 3\.11\.9 │ 2\.4\.0 │ 2\.21\.5 │ 550\.54 │ - +│ - +│ - +│ 4 +│",
@@ -363,3 +394,35 @@ def test_one_rank_or_none_is_no_straggler_table(out: io.StringIO) -> None:
     lines = _lines(out)
     assert lines[0] == "nodes differ (drivers) a [b]b[/b]"
     assert not any(line.startswith("stragglers") for line in lines)
+
+
+def test_the_logs_path_is_one_line_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "console", Console(file=buf, width=30, color_system=None))
+    deep = tmp_path / ("a-long-folder-name-" * 3) / "receipt"
+    console.receipt(_receipt(), deep)
+    assert buf.getvalue().splitlines()[-1] == f"output: {deep / 'output.log'}"  # whole, to copy and paste
+
+
+def test_the_time_lost_waiting_as_a_share_of_under_a_second_of_paced_time(out: io.StringIO) -> None:
+    console.nodes_and_stragglers(_receipt(), [], _stragglers(wait_s=0.25, paced_s=0.5, steps_compared=2))
+    assert _lines(out)[-1] == ("waiting on slower ranks: 0.25 s over 2 steps (50.0% of their paced step time; goodput "
+                               "bucket straggler_wait)")
+
+
+def test_ls_on_a_narrow_terminal_keeps_ids_statuses_and_headers_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = io.StringIO()
+    monkeypatch.setattr(console, "console", Console(file=buf, width=44, color_system=None))
+    long = _row(name="a-very-long-run-name-that-wraps", status="succeeded", problems=0, archived=False)
+    console.receipts_table([long, BARE], ["id", "name", "status", "time", "tok/s"])
+    lines = _lines(buf)
+    # the narrowest these columns can be: 8 + 6 (name's minimum) + 9 + 6 + 5, 3 between each two, 1 at each edge:
+    # 48 characters (47 without the edge's space); the lines run past the terminal's edge, never cut short
+    assert max(len(line) for line in lines) == 47
+    words = " ".join(lines).split()
+    assert {"id", "name", "status", "time", "tok/s", "01234567", "ffffffff", "3m", "05s", "14.5k"} <= set(words)
+    assert words.count("succeeded") == 2  # 9 characters: the status column is never narrower
+    start, end = lines[1].index("name"), lines[1].index("status")
+    name = "".join(line[start:end].strip() for line in lines[3:9])
+    assert name == "a-very-long-run-name-that-wraps"  # folded over lines, never cut
+    assert "…" not in buf.getvalue()
