@@ -345,3 +345,46 @@ def test_the_live_pages_from_their_parts() -> None:
     assert 'var POLL_MS=1500, SOURCE="/api/live/\\u003c/script>";' in live
     assert '<span id="status" class="live">waiting for the first steps</span> <a id="done"></a>' in live
     assert '<div class="plot" id="live-loss" data-rows="0"></div>' in live
+
+
+def _staged(lg: ledger.api.Ledger, uuid: str, trail: dict[str, Any], marks: list[tuple[int, float]]) -> None:
+    """A wrapped launch in progress as its wrapper leaves it on disk: its facts, the live capture's trail of step
+    lines (``live.json``) and the output's clock (16-byte marks: line count, Unix time)."""
+    import struct
+
+    run_dir = lg.store.staging / uuid
+    run_dir.mkdir(parents=True)
+    (run_dir / "wrapper.json").write_text(json.dumps({"name": "plain", "started_at": "2026-12-02T10:00:00+00:00",
+                                                      "command": ["python", "train.py"]}))
+    (run_dir / "live.json").write_text(json.dumps(trail))
+    (run_dir / "output.clock").write_bytes(b"".join(struct.pack("<Qd", n, t) for n, t in marks))
+
+
+def test_a_wrapped_launch_in_progress_is_drawn_from_its_printed_lines(empty: dict[str, Any]) -> None:
+    lg, client = empty["lg"], empty["client"]
+    uuid = "ab" * 16
+    # step lines 3, 5, 7 of the log arrived at 1000, 1002, 1004 s: 2 s a step; 10 planned
+    trail = {"fields": ["line", "step", "loss"], "recent": [[3, 1, 4.0], [5, 2, 2.0], [7, 3, 1.0]], "planned": 10}
+    _staged(lg, uuid, trail, [(3, 1000.0), (5, 1002.0), (7, 1004.0)])
+    assert f'<a href="/live/{uuid}">plain ({uuid[:8]})</a></td><td>2026-12-02T10:00:00+00:00</td>' in \
+        client.get("/live").text
+    state = client.get(f"/api/live/{uuid[:4]}").json()
+    assert state["status"] == "step 3/10, loss 1.000, 0.5 steps/s, ETA 14 s"
+    assert state["eta_s"] == 14.0 and state["rows"] == 3 and state["receipt"] is None
+    figure = _arrays(state["figure"])
+    assert figure["data"][0]["x"] == [0.0, 2.0, 4.0] and figure["data"][0]["y"] == [4.0, 2.0, 1.0]
+    assert figure["layout"]["title"]["text"] == "training loss vs seconds since its first step line (live)"
+    assert figure["layout"]["xaxis"]["title"]["text"] == "seconds since its first step line"
+
+
+def test_a_wrapped_launch_without_a_clock_and_by_epoch(empty: dict[str, Any]) -> None:
+    lg, client = empty["lg"], empty["client"]
+    uuid = "cd" * 16
+    trail = {"fields": ["line", "step", "loss", "epoch"], "recent": [[1, 1, 3.0, 0], [2, 2, 1.5, 1]]}
+    _staged(lg, uuid, trail, [])  # no marks yet: the lines in the order printed
+    state = client.get(f"/api/live/{uuid}").json()
+    assert state["status"] == "epoch 1, step 2, loss 1.500, -, ETA (epoch) -"
+    assert state["eta_s"] is None
+    figure = _arrays(state["figure"])
+    assert figure["data"][0]["x"] == [1.0, 2.0] and figure["data"][0]["y"] == [3.0, 1.5]
+    assert figure["layout"]["xaxis"]["title"]["text"] == "step line"
