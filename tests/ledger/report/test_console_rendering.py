@@ -412,7 +412,7 @@ def test_the_time_lost_waiting_as_a_share_of_under_a_second_of_paced_time(out: i
 
 def test_ls_on_a_narrow_terminal_keeps_ids_statuses_and_headers_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     buf = io.StringIO()
-    monkeypatch.setattr(console, "console", Console(file=buf, width=44, color_system=None))
+    monkeypatch.setattr(console, "console", Console(file=buf, width=40, color_system=None))
     long = _row(name="a-very-long-run-name-that-wraps", status="succeeded", problems=0, archived=False)
     console.receipts_table([long, BARE], ["id", "name", "status", "time", "tok/s"])
     lines = _lines(buf)
@@ -422,6 +422,7 @@ def test_ls_on_a_narrow_terminal_keeps_ids_statuses_and_headers_whole(monkeypatc
     words = " ".join(lines).split()
     assert {"id", "name", "status", "time", "tok/s", "01234567", "ffffffff", "3m", "05s", "14.5k"} <= set(words)
     assert words.count("succeeded") == 2  # 9 characters: the status column is never narrower
+    assert " 3m 05s " in lines[3] and " 14.5k" in lines[3]  # numbers never folded over two lines
     start, end = lines[1].index("name"), lines[1].index("status")
     name = "".join(line[start:end].strip() for line in lines[3:9])
     assert name == "a-very-long-run-name-that-wraps"  # folded over lines, never cut
