@@ -62,6 +62,7 @@ def _record(lg: ledger.api.Ledger, name: str, tokens: bool = True, **tags: str) 
             run.log_eval(3, 2.0, split="val", source="rare", tokens=300)
             run.log_eval(6, 1.5, split="val")
             run.log_eval(6, 1.25, split="val", metric="acc", tokens=None)
+            run.log_eval(6, None, split="val", metric="ppl")  # logged without a value: no point to draw
             for step in (2, 4, 6):
                 run.log_routing(step, 0, [40, 10, 10, 20])
     return rec.receipt.id
@@ -110,7 +111,11 @@ def test_a_receipt_page_draws_what_was_logged(site: dict[str, Any]) -> None:
     assert loss_t["x"][0] >= 0 and loss_t["x"] == sorted(loss_t["x"])  # seconds of training, in order
     assert figs["curve-loss-time"]["layout"]["xaxis"]["title"]["text"] == "seconds since the first step"
     evals = {t["name"]: (t["x"], t["y"]) for t in figs["evals"]["data"]}
+    assert set(evals) == {"val/rare/loss", "val/all/loss", "val/all/acc"}
     assert evals["val/rare/loss"] == ([300.0], [2.0])
+    assert figs["evals"]["layout"]["xaxis"]["title"]["text"] == "tokens"
+    assert figs["timing"]["layout"]["xaxis"]["title"]["text"] == "seconds"
+    assert figs["timing"]["layout"]["title"]["text"] == "time per phase (sum over steps)"
     assert evals["val/all/loss"][1] == [1.5] and evals["val/all/acc"][1] == [1.25]
     assert figs["evals"]["data"][0]["mode"] == "lines+markers"
     (bars,) = figs["timing"]["data"]
@@ -153,6 +158,23 @@ def test_a_receipt_pages_bookkeeping_summary_and_factors(site: dict[str, Any]) -
                                          "arguments", "task", "data", "seed", "scale") if f in factors]
     assert '<div id="goodput"><svg' in page
     assert 'id="notes"' not in page
+    packages = len(r.stack.software.packages)
+    assert packages > 0 and \
+        f"<td><code>stack.software.packages</code></td><td>{packages} packages</td>" in factors["software"]
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_browsing_writes_nothing_in_the_ledger(site: dict[str, Any]) -> None:
+    client, ids, lg = site["client"], site["ids"], site["lg"]
+    client.get(f"/receipt/{ids['base']}")  # the index brought up to date first, as a reader may
+    before = _files(lg.root)
+    for path in (f"/receipt/{ids['base']}", f"/receipt/{ids[EVIL][:8]}", f"/compare?id={ids['base']}&id={ids[EVIL]}",
+                 "/live", "/receipt/nope"):
+        assert client.get(path).status_code in (200, 400)
+    assert _files(lg.root) == before  # no fingerprint cache, no index write: a reader that writes nothing
 
 
 def test_a_receipt_page_shows_the_teams_notes(empty: dict[str, Any]) -> None:
@@ -270,7 +292,8 @@ def test_escaping_and_urls() -> None:
 
 def test_the_frame_of_a_page_and_an_error_page() -> None:
     page = pages.page("a <title>", "<p>body</p>", "var x=1;")
-    assert page.startswith("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
+    assert page.startswith("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" "
+                           "content=\"width=device-width, initial-scale=1\"><title>")
     assert "<title>a &lt;title&gt;</title>" in page and "<main><h1>a &lt;title&gt;</h1><p>body</p></main>" in page
     assert page.endswith(f"<script>{pages.DRAW}var x=1;</script></body></html>\n")
     assert '<a href="/">receipts</a><a href="/live">runs in progress</a><a href="/history">history</a>' in page
@@ -323,14 +346,15 @@ def test_the_table_cells_of_a_full_and_a_bare_row() -> None:
 
 def test_a_receipt_page_from_its_parts() -> None:
     page = pages.receipt("receipt <x>", [("id", "abc"), ("name", "<b>")], {"precision": [("workload.p", "<bf16>")]},
-                         [("steps", "6")], [("curve", {"data": [], "layout": {}})], "<svg></svg>",
+                         [("steps", "6"), ("loss", "<1>")], [("curve", {"data": [], "layout": {}})], "<svg></svg>",
                          ["problem: telemetry: <none>"], "<section>top</section>")
     body = page.split("<main><h1>receipt &lt;x&gt;</h1>", 1)[1]
     assert body.startswith('<table id="bookkeeping"><tr><th>id</th><td>abc</td></tr><tr><th>name</th>'
                            "<td>&lt;b&gt;</td></tr></table><section>top</section>"
                            '<p class="note">problem: telemetry: &lt;none&gt;</p><h2>Metrics</h2><div class="plots">')
     assert '<h2>Goodput</h2><div id="goodput"><svg></svg></div>' in body
-    assert '<h2>Summary</h2><table id="summary"><tr><th>steps</th><td>6</td></tr></table>' in body
+    assert ('<h2>Summary</h2><table id="summary"><tr><th>steps</th><td>6</td></tr><tr><th>loss</th><td>&lt;1&gt;</td>'
+            "</tr></table>") in body
     assert ('<h2>Stack and workload, by factor</h2><div class="factors"><div><h3>precision</h3><table class="factor">'
             "<tr><td><code>workload.p</code></td><td>&lt;bf16&gt;</td></tr></table></div></div></main>") in body
 
@@ -338,6 +362,7 @@ def test_a_receipt_page_from_its_parts() -> None:
 def test_the_live_pages_from_their_parts() -> None:
     assert "<p>No run in progress.</p>" in pages.live_list([])
     listed = pages.live_list([("u1", "a <b>", "2026-12-02T10:00"), ("u 2", "c", "-")])
+    assert "<title>runs in progress</title>" in listed and "<h1>runs in progress</h1>" in listed
     assert ('<table id="live"><tr><th>run</th><th>started</th></tr><tr><td><a href="/live/u1">a &lt;b&gt;</a></td>'
             '<td>2026-12-02T10:00</td></tr><tr><td><a href="/live/u 2">c</a></td><td>-</td></tr></table>') in listed
     live = pages.live("run </script>", "/api/live/</script>", 1500)
