@@ -413,3 +413,20 @@ def test_a_wrapped_launch_without_a_clock_and_by_epoch(empty: dict[str, Any]) ->
     figure = _arrays(state["figure"])
     assert figure["data"][0]["x"] == [1.0, 2.0] and figure["data"][0]["y"] == [3.0, 1.5]
     assert figure["layout"]["xaxis"]["title"]["text"] == "step line"
+
+
+def test_an_imported_log_without_times_is_drawn_against_its_steps(empty: dict[str, Any], tmp_path: Path) -> None:
+    lg, client = empty["lg"], empty["client"]
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {s} | consumed tokens {100 * s} | loss {4.0 / s:.4f}\n" for s in range(1, 7)))
+    rid = lg.ingest("log", log, name="imported").receipt.id
+    page = client.get(f"/receipt/{rid[:8]}").text
+    figs = _figures(page)
+    assert set(figs) == {"curve-loss-tokens", "curve-loss-step"}  # the lines gave tokens, and no time
+    assert figs["curve-loss-tokens"]["data"][0]["x"] == [100.0 * s for s in range(1, 7)]
+    by_step = figs["curve-loss-step"]
+    assert by_step["layout"]["title"]["text"] == "training loss vs step (the run logged no step times)"
+    assert by_step["data"][0]["x"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert by_step["data"][0]["y"] == pytest.approx([round(4.0 / s, 4) for s in range(1, 7)])
+    head = _table(page, "bookkeeping")
+    assert (head["status"], head["started"], head["duration"], head["command"]) == ("imported", "None", "-", "")
