@@ -309,8 +309,9 @@ def _raw_other(r: RunData) -> str:
                 cv = np.nanmean(r.routing["n_std"][m] / (n / e))
                 mx = np.nanmean(r.routing["n_max"][m] / (n / e))
                 dropped = 100 * np.nansum(r.routing["d_sum"][m]) / max(1.0, float(np.nansum(n)))
+            entropy = r.routing["entropy"][m]  # none logged: '-', without numpy's "Mean of empty slice" warning
             rows.append([str(layer), str(int(m.sum())), fmt.num(float(cv)), fmt.num(float(mx)), f"{dropped:.3g}%",
-                         fmt.num(float(np.nanmean(r.routing["entropy"][m])))])
+                         fmt.num(float(np.nanmean(entropy)) if np.isfinite(entropy).any() else None)])
         parts.append(f"<details><summary>routing per layer of {_e(r.label)}</summary>"
                      + _table(["layer", "steps", "load CV", "max/mean", "dropped", "router entropy"], rows)
                      + "</details>")

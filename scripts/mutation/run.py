@@ -123,6 +123,16 @@ MODULES: tuple[Module, ...] = (
     # the compiled column reader is not in the mutation tree (a build output git ignores): the Python reader runs
     Module("scan", ("ledger/ingest/formats/scan.py",),
            (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py")),
+    # issue 38, the report side and issues 35/36's modules: in-process tests only (their other tests start the
+    # `ledger` CLI or `ledger serve`). console has ~715 mutants and fast tests: 2 in 10 in each sample
+    Module("console", ("ledger/report/console.py",), ("tests/ledger/report/test_console_rendering.py",), 2, 2),
+    # the pages through Starlette's test client (~820 mutants, slower tests: the default samples)
+    Module("web", ("ledger/report/web/views.py", "ledger/report/web/pages.py"),
+           ("tests/ledger/report/test_web_views.py",)),
+    # small modules: half their mutants in each sample
+    Module("runs", ("ledger/store/runs.py",), ("tests/ledger/store/test_runs_columns.py",), 5, 5),
+    Module("notes", ("ledger/report/notes.py", "ledger/store/annotation.py"),
+           ("tests/ledger/store/test_annotation_records.py", "tests/ledger/report/test_notes_render.py"), 5, 5),
 )
 
 DIGITS = "0516273849"
