@@ -122,7 +122,17 @@ MODULES: tuple[Module, ...] = (
            (A + "test_matched_series.py", A + "test_series.py"), 4),
     # the compiled column reader is not in the mutation tree (a build output git ignores): the Python reader runs
     Module("scan", ("ledger/ingest/formats/scan.py",),
-           (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py")),
+           (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py",
+            ING + "test_capture_chunks.py")),
+    Module("columns", ("ledger/ingest/formats/columns.py",),
+           (ING + "test_formats.py", ING + "test_capture_chunks.py")),
+    # small modules: half their mutants in each sample
+    Module("keyvalue", ("ledger/ingest/formats/keyvalue.py",),
+           (ING + "test_keyvalue_lines.py", ING + "test_formats.py", ING + "test_format_shapes.py"), 5, 5),
+    Module("hf", ("ledger/ingest/formats/hf.py",),
+           (ING + "test_hf_dicts.py", ING + "test_formats.py", ING + "test_format_shapes.py"), 5, 5),
+    Module("tensorboard", ("ledger/ingest/formats/tensorboard.py",),
+           (ING + "test_ingest_log.py::test_every_format_record_reads_is_imported_by_ingest_log",), 5, 5),
 )
 
 DIGITS = "0516273849"

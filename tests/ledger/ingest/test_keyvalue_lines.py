@@ -51,6 +51,7 @@ FAST = settings(max_examples=120, deadline=None, derandomize=True, database=None
     # `step: N` or `step=N`: only pairs written alike; `step N`: any
     ("step: 3 loss: 1.2 at Tue Sep 17 2024", Parsed(step=3, metrics={"loss": 1.2})),
     ("step=3 loss=1.2 took 17 s", Parsed(step=3, metrics={"loss": 1.2})),
+    ("step: 3 took 17 loss: 1.2 lr: 0.5", Parsed(step=3, metrics={"loss": 1.2, "lr": 0.5})),
     ("step 3 loss 1.2 took 17 s", Parsed(step=3, metrics={"loss": 1.2, "took": 17.0})),
     ("step 3 loss=1.2 took 17 s", Parsed(step=3, metrics={"loss": 1.2, "took": 17.0})),
     # evals of each split at the line's step
@@ -72,6 +73,8 @@ FAST = settings(max_examples=120, deadline=None, derandomize=True, database=None
     ("step 5 loss 1 samples_per_sec=10 | 640 samples/sec", Parsed(step=5, metrics={"loss": 1.0,
                                                                                    "samples_per_s": 10.0})),
     ("step 5 loss 1 time 2.5 s/it", Parsed(step=5, metrics={"loss": 1.0, "time": 2.5})),
+    ("step 5 loss 1 ips: 9.7 samples/s | 3.5 it/s", Parsed(step=5, metrics={"loss": 1.0, "samples_per_s": 9.7,
+                                                                           "steps_per_s": 3.5})),
     ("step 5 loss 1 | 7 sample/s", Parsed(step=5, metrics={"loss": 1.0, "samples_per_s": 7.0})),
     # a rate's name before its own number: the value before it is not that rate (before, `loss 1.5 it/s 2.5` lost
     # its step and `lr 0.1 tokens/s 12000` read 0.1 as the rate)
