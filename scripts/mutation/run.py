@@ -123,9 +123,9 @@ MODULES: tuple[Module, ...] = (
     # the compiled column reader is not in the mutation tree (a build output git ignores): the Python reader runs
     Module("scan", ("ledger/ingest/formats/scan.py",),
            (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py",
-            ING + "test_capture_chunks.py")),
+            ING + "test_capture_chunks.py", ING + "test_scan_times.py", ING + "test_scan_lines.py")),
     Module("columns", ("ledger/ingest/formats/columns.py",),
-           (ING + "test_formats.py", ING + "test_capture_chunks.py")),
+           (ING + "test_columns_reading.py", ING + "test_formats.py", ING + "test_capture_chunks.py")),
     # small modules: half their mutants in each sample
     Module("keyvalue", ("ledger/ingest/formats/keyvalue.py",),
            (ING + "test_keyvalue_lines.py", ING + "test_formats.py", ING + "test_format_shapes.py"), 5, 5),
