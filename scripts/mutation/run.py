@@ -132,7 +132,8 @@ MODULES: tuple[Module, ...] = (
     Module("hf", ("ledger/ingest/formats/hf.py",),
            (ING + "test_hf_dicts.py", ING + "test_formats.py", ING + "test_format_shapes.py"), 5, 5),
     Module("tensorboard", ("ledger/ingest/formats/tensorboard.py",),
-           (ING + "test_ingest_log.py::test_every_format_record_reads_is_imported_by_ingest_log",), 5, 5),
+           (ING + "test_tensorboard_events.py",
+            ING + "test_ingest_log.py::test_every_format_record_reads_is_imported_by_ingest_log"), 5, 5),
 )
 
 DIGITS = "0516273849"
