@@ -204,3 +204,44 @@ def test_a_template_its_format_disagrees_with_is_dropped_and_the_block_read_to_i
     assert c.lines == 8000 and len(steps) == 8000 and c.rows["mine"]._chunks
     assert [k for k in steps if not 3000 <= k < 3064 and steps[k] != {"loss": k / 8}] == []
     assert c.templates.items[0].dead
+
+
+def test_a_step_less_line_inside_a_block_joins_the_step_line_before_it() -> None:
+    """The block read as columns holds the dict too (one read): it joins the step printed on the line before it."""
+    n = 4000
+    lines = [f"step {k} loss {k / 1024} lr 0.001\n" for k in range(1, n + 1)]
+    lines.insert(3000, "{'loss': 2.9296875, 'grad_norm': 0.5}\n")  # after step 3000's line
+    c = LineCapture()
+    c.feed("".join(lines).encode())
+    c.close()
+    steps = c.rows["key-value"].steps
+    assert c.rows["key-value"]._chunks and len(steps) == n
+    assert steps[3000] == {"loss": 3000 / 1024, "lr": 0.001, "grad_norm": 0.5}
+    assert [k for k in steps if "grad_norm" in steps[k]] == [3000]
+
+
+def test_lines_with_bytes_that_are_no_utf8_are_still_read() -> None:
+    """A process that writes Latin-1 or binary into its output: the line is read, its odd bytes replaced; in a
+    line's redraws too."""
+    c = _capture([b"step 1 loss 2.5 caf\xe9\n", b"\r 50%|\xff\xfe| 5/10 \rstep 2 loss 1.5 \xc3\n", b"step 3 loss 0.5\n"])
+    assert c.best() is not None and c.best().steps == {  # type: ignore[union-attr]
+        1: {"loss": 2.5}, 2: {"loss": 1.5}, 3: {"loss": 0.5}}
+
+
+def test_the_live_trail_of_lines_read_one_by_one_and_of_a_joined_line(tmp_path: Path) -> None:
+    """A short log (read line by line) with a live trail: each step line with its line number and counter, and a
+    Trainer-style dict without a step, which joins the step line before it, counted in that step line's format."""
+    import json
+
+    from ledger.ingest.formats.trail import Trail
+
+    c = LineCapture(trail=Trail(tmp_path / "live.json"))
+    c.feed(b"step 1 loss 2.0 lr 0.1\nstep 2 loss 1.5 lr 0.1\n{'loss': 1.5, 'grad_norm': 0.5}\nstep 3 loss 1.0 lr 0.1\n")
+    c.close()
+    live = json.loads((tmp_path / "live.json").read_text())
+    assert live["format"] == "key-value" and live["lines"] == 4
+    assert live["recent"] == [[1, 1, 2.0, 0.1, None, None, None, None, None],
+                              [2, 2, 1.5, 0.1, None, None, None, None, None],
+                              [3, 2, 1.5, None, None, None, None, None, None],
+                              [4, 3, 1.0, 0.1, None, None, None, None, None]]
+    assert c.rows["key-value"].steps[2] == {"loss": 1.5, "lr": 0.1, "grad_norm": 0.5}

@@ -111,6 +111,9 @@ def test_buffered_output_by_hand() -> None:
     two = spread_arrivals(np.array([1, 2]), np.array([5.0, 5.0]), np.array([0, 0]))
     assert two.tolist() == [5.0, 5.0]
     assert spread_arrivals(np.array([3]), np.array([7.0]), np.array([0])).tolist() == [7.0]
+    # the first arrival keeps its time, whatever comes last (a later counter below it, at a later time)
+    assert spread_arrivals(np.array([5, 6, 2]), np.array([1.0, 1.0, 3.0]), np.array([0, 0, 0])).tolist() == [
+        1.0, 1.0, 3.0]
     assert np.isnan(step_times(np.array([3]), np.array([7.0]), np.array([0]))).all()
 
 
