@@ -245,3 +245,28 @@ def test_the_live_trail_of_lines_read_one_by_one_and_of_a_joined_line(tmp_path: 
                               [3, 2, 1.5, None, None, None, None, None, None],
                               [4, 3, 1.0, 0.1, None, None, None, None, None]]
     assert c.rows["key-value"].steps[2] == {"loss": 1.5, "lr": 0.1, "grad_norm": 0.5}
+
+
+def test_a_template_wrong_on_the_first_line_of_a_block_reads_none_of_it() -> None:
+    """A format of its own that reads ``v`` as the loss up to step 1024 and twice ``v`` after. Lines of 32 bytes:
+    the first 1024 (32 KiB) are read one by one, by a template learned on the first and checked against the format
+    (agreeing), the rest as a block whose first line is the template's next check, where it is found wrong: no line
+    of the block is taken from the template, and no template can be learned again (twice ``v`` is no number of the
+    line), so every line after step 1024 is the format's reading."""
+
+    def fmt(line: str) -> Parsed | None:
+        words = line.split()
+        if len(words) != 4 or words[0] != "step" or words[2] != "v":
+            return None
+        step, v = int(words[1]), float(words[3])
+        return Parsed(step=step, metrics={"loss": v if step <= 1024 else 2 * v})
+
+    lines = [f"step {k:05d} v {k / 8:018.3f}\n" for k in range(1, 4097)]
+    assert {len(line) for line in lines} == {32}
+    c = LineCapture({"mine": fmt})
+    c.feed("".join(lines).encode())
+    c.close()
+    steps = c.rows["mine"].steps
+    assert len(steps) == 4096 and c.lines == 4096
+    assert [k for k in steps if steps[k] != {"loss": k / 8 if k <= 1024 else k / 4}] == []
+    assert c.templates.items[0].dead
