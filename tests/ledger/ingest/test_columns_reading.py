@@ -40,6 +40,7 @@ def test_number_runs_by_hand() -> None:
     assert _texts(data) == [b"12", b"-.5", b"1e-3", b"1,024", b"1.5E+3", b"5", b"3-4", b"--5", b"5", b"1", b"2",
                             b"1"]
     assert _texts(b"5 x 7.\n") == [b"5", b"7."]  # a run at the very start; a point may end one
+    assert _texts(b"1e5\n") == [b"1e5"] and _texts(b"e5 .E-3\n") == [b"5"]  # an exponent at the start; no digit in 3
     assert _texts(b"+.5e+10 .e5 5e+ 12,345,678 9,\n") == [b"+.5e+10", b".e5", b"5", b"12,345,678", b"9"]
     assert _texts(b"\n") == [] and _texts(b"no numbers\n") == []
 
@@ -128,6 +129,7 @@ def test_a_template_prepared_as_columns() -> None:
     (SOURCE, PIECES, SPANS, None, [("loss", 1, 1.0)]),  # no step
     (SOURCE, PIECES[:3], SPANS, 0, [("loss", 1, 1.0)]),  # not one piece more than the numbers
     (SOURCE + " \ufffd", PIECES[:3] + (" \ufffd",), SPANS, 0, [("loss", 1, 1.0)]),  # an undecodable byte
+    (SOURCE + " \n", PIECES[:3] + (" \n",), SPANS, 0, [("loss", 1, 1.0)]),  # two lines are no line's shape
     ("step 3 lr-5", ("step ", " lr-", ""), ((5, 6), (10, 11)), 0, [("lr", 1, 1.0)]),  # `-` glued before
     ("step 3 lr.5", ("step ", " lr.", ""), ((5, 6), (10, 11)), 0, [("lr", 1, 1.0)]),  # `.` glued before
     ("step 3 lr+5", ("step ", " lr+", ""), ((5, 6), (10, 11)), 0, [("lr", 1, 1.0)]),
