@@ -270,3 +270,16 @@ def test_a_template_wrong_on_the_first_line_of_a_block_reads_none_of_it() -> Non
     assert len(steps) == 4096 and c.lines == 4096
     assert [k for k in steps if steps[k] != {"loss": k / 8 if k <= 1024 else k / 4}] == []
     assert c.templates.items[0].dead
+
+
+def test_an_overlong_line_ended_by_the_first_byte_of_the_next_read() -> None:
+    c = _capture([b"y" * (MAX_LINE + 3), b"\nstep 4 loss 0.5\n"])
+    assert c.best() is not None and c.best().steps == {4: {"loss": 0.5}}  # type: ignore[union-attr]
+    assert (c.lines, c.long_lines) == (2, 1)
+
+
+def test_steps_a_table_can_hold_are_kept_and_others_unparsed() -> None:
+    rows = Rows("x")
+    for line, step in enumerate([-2**63, 2**63 - 1, 2**63, -2**63 - 1], start=1):
+        rows.add(Parsed(step=step, metrics={"loss": 1.0}), line)
+    assert rows.unparsed == [3, 4] and sorted(rows.steps) == [-2**63, 2**63 - 1]
