@@ -48,6 +48,11 @@ def test_a_last_segment_of_exactly_max_line_bytes_is_read_one_byte_more_is_not()
     assert (c.lines, c.long_lines) == (1, 0)
     c = _capture([b"y" * (MAX_LINE + 3), b"\r" + segment + b" \n"])
     assert c.best() is None and (c.lines, c.long_lines) == (1, 1)
+    c = _capture([b"y" * (MAX_LINE + 3) + b"\r" + segment + b"\n"])  # the whole line in one read
+    assert c.best() is not None and c.best().steps == {5: {"loss": 1.5}}  # type: ignore[union-attr]
+    assert (c.lines, c.long_lines) == (1, 0)
+    c = _capture([b"y" * (MAX_LINE + 3) + b"\r" + segment + b" \n"])
+    assert c.best() is None and (c.lines, c.long_lines) == (1, 1)
     # a segment that grows past MAX_LINE over several reads, then a `\r` and a short one: read
     c = _capture([b"y" * (MAX_LINE + 3), b"\r" + b"z" * (MAX_LINE // 2), b"z" * (MAX_LINE // 2 + 5),
                   b"\rstep 6 loss 0.5\n"])
