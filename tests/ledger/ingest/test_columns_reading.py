@@ -56,7 +56,8 @@ def _reference_runs(data: bytes) -> list[tuple[int, int]]:
             isnum.append(True)
         elif c in b"eE":
             before = i > 0 and (data[i - 1] in digit or data[i - 1] == ord("."))
-            after = i + 1 < n and (data[i + 1] in digit or (data[i + 1] in b"+-" and i + 2 < n and data[i + 2] in digit))
+            signed = i + 2 < n and data[i + 1] in b"+-" and data[i + 2] in digit
+            after = i + 1 < n and (data[i + 1] in digit or signed)
             isnum.append(before and after)
         elif c == ord(","):
             isnum.append(0 < i < n - 1 and data[i - 1] in digit and data[i + 1] in digit)
@@ -93,7 +94,7 @@ def test_literal_text_as_re2() -> None:
 
 def _shape(source: str, pieces: tuple[str, ...], spans: tuple[tuple[int, int], ...], step: int,
            metrics: list[tuple[str, int, float]]) -> Shape:
-    for (a, b), before in zip(spans, pieces, strict=False):  # the pieces and spans describe the source
+    for (a, _), before in zip(spans, pieces, strict=False):  # the pieces and spans describe the source
         assert source[a - len(before):a] == before
     shape = prepare(source, pieces, spans, step, metrics)
     assert shape is not None

@@ -21,7 +21,8 @@ FAST = settings(max_examples=120, deadline=None, derandomize=True, database=None
 
 @pytest.mark.parametrize(("line", "expected"), [
     ("step 10 loss 2.345 lr 0.001", Parsed(step=10, metrics={"loss": 2.345, "lr": 0.001})),
-    ("step=10 loss=2.345 lr=1e-3 grad_norm=0.9", Parsed(step=10, metrics={"loss": 2.345, "lr": 1e-3, "grad_norm": 0.9})),
+    ("step=10 loss=2.345 lr=1e-3 grad_norm=0.9",
+     Parsed(step=10, metrics={"loss": 2.345, "lr": 1e-3, "grad_norm": 0.9})),
     ("Step 1: loss=10.2313", Parsed(step=1, metrics={"loss": 10.2313})),
     ("STEP 7 LOSS 1.5 Learning_Rate 2e-4", Parsed(step=7, metrics={"loss": 1.5, "lr": 2e-4})),
     ("global_step=5 loss=1.25", Parsed(step=5, metrics={"loss": 1.25})),

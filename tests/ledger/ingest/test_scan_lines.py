@@ -228,7 +228,8 @@ def test_a_step_less_line_inside_a_block_joins_the_step_line_before_it() -> None
 def test_lines_with_bytes_that_are_no_utf8_are_still_read() -> None:
     """A process that writes Latin-1 or binary into its output: the line is read, its odd bytes replaced; in a
     line's redraws too."""
-    c = _capture([b"step 1 loss 2.5 caf\xe9\n", b"\r 50%|\xff\xfe| 5/10 \rstep 2 loss 1.5 \xc3\n", b"step 3 loss 0.5\n"])
+    c = _capture([b"step 1 loss 2.5 caf\xe9\n", b"\r 50%|\xff\xfe| 5/10 \rstep 2 loss 1.5 \xc3\n",
+                  b"step 3 loss 0.5\n"])
     assert c.best() is not None and c.best().steps == {  # type: ignore[union-attr]
         1: {"loss": 2.5}, 2: {"loss": 1.5}, 3: {"loss": 0.5}}
 

@@ -40,7 +40,7 @@ def _spread(steps: list[int], times: list[float], generation: list[int]) -> list
             continue
         s0, t0 = steps[a - 1], times[a - 1]
         rows = steps[a:b + 1]
-        if rows[0] <= s0 or any(y <= x for x, y in zip(rows, rows[1:])):
+        if rows[0] <= s0 or any(y <= x for x, y in zip(rows, rows[1:], strict=False)):
             continue
         for k in range(a, b + 1):
             out[k] = t0 + (times[b] - t0) * (steps[k] - s0) / (steps[b] - s0)
@@ -50,18 +50,18 @@ def _spread(steps: list[int], times: list[float], generation: list[int]) -> list
 def _step_times(steps: list[int], times: list[float], generation: list[int]) -> list[float]:
     out = [math.nan] * len(steps)
     arrivals = _arrivals(times, generation)
-    for (pa, pb), (a, b) in zip(arrivals, arrivals[1:]):
+    for (pa, pb), (a, b) in zip(arrivals, arrivals[1:], strict=False):
         gap = times[a] - times[pa]
         rose = steps[b] - steps[pb]
         if rose > 0 and math.isfinite(gap) and gap >= 0 and generation[a] == generation[pb]:
             for k in range(a, b + 1):
                 out[k] = gap / rose
-    return [x if math.isfinite(t) else math.nan for x, t in zip(out, times)]
+    return [x if math.isfinite(t) else math.nan for x, t in zip(out, times, strict=True)]
 
 
 def _same(a: np.ndarray, b: list[float]) -> bool:
     return a.dtype == np.float64 and len(a) == len(b) and all(
-        (math.isnan(x) and math.isnan(y)) or x == y for x, y in zip(a.tolist(), b))
+        (math.isnan(x) and math.isnan(y)) or x == y for x, y in zip(a.tolist(), b, strict=True))
 
 
 ROWS = st.lists(st.tuples(st.integers(0, 6),  # step rise (0: none; the counter may also fall, below)

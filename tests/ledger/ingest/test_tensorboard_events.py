@@ -30,7 +30,8 @@ def _write(folder: Path, points: list[tuple[int, str, object]]) -> Path:
         if type(value) is float:  # np.float64 is a float too: a tensor here
             v = summary_pb2.Summary.Value(tag=tag, simple_value=value)
         else:
-            meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+            plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+            meta = summary_pb2.SummaryMetadata(plugin_data=plugin)
             v = summary_pb2.Summary.Value(tag=tag, tensor=tensor_util.make_tensor_proto(value), metadata=meta)
         writer.add_event(event_pb2.Event(step=step, wall_time=1.0e9 + step, summary=summary_pb2.Summary(value=[v])))
     writer.close()
