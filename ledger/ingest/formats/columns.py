@@ -432,10 +432,8 @@ def _commas(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
 
 def _spans(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
            stops: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
-    """The bytes of the spans ``starts[i]:stops[i]`` (in order, not overlapping), concatenated."""
-    if len(starts) and (np.diff(starts) < 0).any():  # metrics in another order than in the line
-        order = np.argsort(starts, kind="stable")
-        return _spans(text, starts[order], stops[order])
+    """The bytes of the spans ``starts[i]:stops[i]`` (in order, not overlapping: :func:`_strings` sorts them),
+    concatenated."""
     gaps = starts - np.concatenate(([0], stops[:-1]))
     sizes = np.empty(2 * len(starts), np.int64)
     sizes[0::2] = gaps

@@ -42,7 +42,9 @@ from ledger.ingest.formats.base import BAD, LABELS, RATE_UNITS, TOTAL, Parsed, n
 NAME = "key-value"
 _SOURCE_EXT = r"(?:py|pyx|c|cc|cpp|cxx|cu|h|hpp|rs|go|java|scala|js|ts|jl|lua|sh)"
 _VALUE = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[kKMGTP]?|nan|inf"
-_RATE = r"(samples?|tokens?|tok|it|iters?|steps?)\s*/\s*(?:second|sec|s)(?![\w/]|\s*[=:])"
+_RATE = r"(samples?|tokens?|tok|it|iters?|steps?)\s*/\s*(?:second|sec|s)(?![\w/]|\s*[=:]|\s+[-+]?\.?\d)"
+"""A rate's unit after its number (``9.7 samples/s``); not a rate's name before its own number (``it/s 2.5``, as
+``it/s: 2.5``), or ``loss 1.5 it/s 2.5`` would read the loss as the rate."""
 _PAIR = re.compile(
     r"(?:^|(?<=[\s|,;\[(]))"
     r"(?![\w./-]*\." + _SOURCE_EXT + r":\d)"  # not `train.py:212`: where a logging prefix says the line was logged

@@ -179,6 +179,7 @@ def test_a_shape_that_cannot_be_cut_into_columns_is_read_by_its_pattern() -> Non
     for name, rows in fast.rows.items():
         want = slow.rows[name]
         assert _printed(rows.steps) == _printed(want.steps) and rows.unparsed == want.unparsed, name
+        assert rows.merged().lines.tolist() == want.merged().lines.tolist(), name  # each row's line number
     read = [t for t in fast.templates.items if "acc" in t.source]
     assert read and read[0].shape() is None and not read[0].dead and read[0].uses >= 4000
     steps = [i for i in range(1, 6001) if i % 7 == 0 or (i % 11 and i % 13)]
