@@ -624,3 +624,33 @@ def test_waiting_for_quiet_output_lasts_until_the_limit_while_the_launch_prints(
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(NO_GROUP) == []
+
+
+def test_a_consumer_attached_at_the_end_gets_the_last_line_without_its_end(tmp_path: Path) -> None:
+    """The log of a launch whose last line had no newline ends without one: read back whole, that line too."""
+    tee, _ = _tee(tmp_path)
+    tee._batch(b"a\nb")
+    seen: list[bytes] = []
+    tee.attach(seen.append)
+    tee._take_attach()
+    assert seen == [b"a\nb"]
+    tee.finish(NO_GROUP)
+
+
+def test_a_line_read_in_pieces_past_max_line_is_cut_at_max_line_once(tmp_path: Path) -> None:
+    """MAX_LINE - 1 bytes, then MAX_LINE more, then a newline: one piece of MAX_LINE bytes, then the rest (MAX_LINE
+    - 1 bytes) ends the line; every byte once, in order."""
+    tee, out_w, err_w, terminal = _start(tmp_path)
+    first, second = b"a" * (MAX_LINE - 1), b"b" * MAX_LINE
+    for data, total in ((first, MAX_LINE - 1), (second, 2 * MAX_LINE - 1)):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out_w, view):]
+        _until(lambda total=total: tee.read_bytes == total, "the pump read the piece")
+    os.write(out_w, b"\nend\n")
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(NO_GROUP) == []
+    whole = first + second
+    assert (tmp_path / "output.log").read_bytes() == whole[:MAX_LINE] + b"\n" + whole[MAX_LINE:] + b"\nend\n"
+    assert terminal.getvalue() == whole + b"\nend\n"
