@@ -108,8 +108,9 @@ def test_lowering_a_threads_priority_adds_to_its_nice_value_up_to_19() -> None:
 
 
 def _group(code: str) -> subprocess.Popen[bytes]:
-    """A launch in its own process group (its pid is the group's id) that says when it is ready."""
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    """A launch in its own process group (its pid is the group's id; the session is the test's, as under a shell's
+    job control) that says when it is ready."""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, process_group=0)
     assert p.stdout is not None
     with p.stdout:
         assert p.stdout.readline() == b"ready\n"
@@ -125,6 +126,17 @@ def test_a_group_is_alive_while_a_process_of_it_runs_and_not_once_only_zombies_a
     assert Path(f"/proc/{p.pid}").exists() and not group_alive(p.pid)
     p.wait()
     assert not group_alive(p.pid)
+
+
+def test_a_process_whose_name_looks_like_a_state_is_still_alive() -> None:
+    """/proc's stat line holds the process's name in parentheses; a name of ``x) Z 1`` is not a zombie's state."""
+    p = _group("import time; open('/proc/self/comm', 'w').write('x) Z 1 2 3'); print('ready', flush=True); "
+               "time.sleep(60)")
+    try:
+        assert Path(f"/proc/{p.pid}/comm").read_text() == "x) Z 1 2 3\n" and group_alive(p.pid)
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_ending_a_group_terminates_it_and_kills_what_ignores_the_terminate() -> None:
@@ -654,3 +666,19 @@ def test_a_line_read_in_pieces_past_max_line_is_cut_at_max_line_once(tmp_path: P
     whole = first + second
     assert (tmp_path / "output.log").read_bytes() == whole[:MAX_LINE] + b"\n" + whole[MAX_LINE:] + b"\nend\n"
     assert terminal.getvalue() == whole + b"\nend\n"
+
+
+def test_a_line_of_exactly_max_line_bytes_reaches_the_consumer_with_its_end(tmp_path: Path) -> None:
+    """The consumer gets whole lines (LineConsumer): a line of MAX_LINE bytes is one, its newline in the same batch."""
+    seen: list[bytes] = []
+    tee, out_w, err_w, _ = _start(tmp_path, consumer=seen.append)
+    data = b"x" * MAX_LINE
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out_w, view):]
+    _until(lambda: tee.read_bytes == MAX_LINE, "the pump read the long line")
+    os.write(out_w, b"y\n")
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(NO_GROUP) == []
+    assert b"".join(seen) == data + b"\ny\n" and all(batch.endswith(b"\n") for batch in seen), [len(b) for b in seen]
