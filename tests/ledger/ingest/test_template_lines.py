@@ -129,6 +129,8 @@ def test_a_number_is_read_at_the_unit_its_value_shows(line: str, value: float, s
 def test_a_multiplier_glued_into_a_word_is_no_multiplier() -> None:
     """``2.0Kb``: the K is part of a word, so the number is read as printed or at the usual units only."""
     assert build("f", "step 5 size 2.0Kb", Parsed(step=5, metrics={"x": 2000.0})) is None
+    assert build("f", "step 5 size 2.0Kb free", Parsed(step=5, metrics={"x": 2000.0})) is None
+    assert build("f", "step 5 size 2.0K: free", Parsed(step=5, metrics={"x": 2000.0})) is not None
     t = build("f", "step 5 size 2.0Kb", Parsed(step=5, metrics={"x": 2.0}))
     assert t is not None and t.metrics == [("x", 1, 1.0)]
 

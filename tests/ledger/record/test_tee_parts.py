@@ -682,3 +682,24 @@ def test_a_line_of_exactly_max_line_bytes_reaches_the_consumer_with_its_end(tmp_
     os.close(err_w)
     assert tee.finish(NO_GROUP) == []
     assert b"".join(seen) == data + b"\ny\n" and all(batch.endswith(b"\n") for batch in seen), [len(b) for b in seen]
+
+
+def test_a_newline_that_comes_alone_ends_the_line_at_once(tmp_path: Path) -> None:
+    """A read that starts with the newline of the line before (``\\nstep 2``) puts that line in the log then, not
+    with a later line."""
+    tee, out_w, err_w, _ = _start(tmp_path)
+    log = tmp_path / "output.log"
+    os.write(out_w, b"step 1 loss 2.0")
+    _until(lambda: tee.read_bytes == 15, "the pump read the line")
+    os.write(out_w, b"\nstep 2")
+    _until(lambda: log.read_bytes() == b"step 1 loss 2.0\n", "the line in the log while the launch runs")
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(NO_GROUP) == [] and log.read_bytes() == b"step 1 loss 2.0\nstep 2\n"
+
+
+def test_a_tee_never_started_whose_log_descriptor_is_gone_still_closes_its_clock(tmp_path: Path) -> None:
+    tee, _ = _tee(tmp_path)
+    os.close(tee.log.fileno())  # closed under it (EBADF when the tee closes it)
+    tee.close_unstarted()
+    assert tee.clock.fd is None
