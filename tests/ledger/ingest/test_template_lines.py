@@ -95,6 +95,21 @@ def test_a_line_whose_values_are_not_its_numbers_gives_no_template(line: str, pa
     assert build("f", line, parsed) is None
 
 
+def test_a_step_printed_with_thousands_separators_is_the_step() -> None:
+    t = build("f", "step 1,234 loss 2.5", Parsed(step=1234, metrics={"loss": 2.5}))
+    assert t is not None and t.step_group == 0
+    assert t.read("step 12,001 loss 0.5") == Parsed(step=12001, metrics={"loss": 0.5})
+
+
+def test_the_prefixs_number_once_the_rank_is_no_other_value_and_every_value_is_found() -> None:
+    """``3: step 5 loss 3``: the prefix's 3 is the rank's, so the loss is the last 3; a reading that lists the rank
+    first still has its loss read."""
+    t = build("f", "3: step 5 loss 3", Parsed(step=5, metrics={"loss": 3.0, RANK: 3.0}))
+    assert t is not None and sorted(t.metrics) == [(RANK, 0, 1.0), ("loss", 2, 1.0)]
+    t = build("f", "3: step 5 loss 2.5", Parsed(step=5, metrics={RANK: 3.0, "loss": 2.5}))
+    assert t is not None and t.read("4: step 6 loss 1.5") == Parsed(step=6, metrics={RANK: 4.0, "loss": 1.5})
+
+
 def test_a_value_equal_to_the_step_number_is_another_number() -> None:
     """The step's number is taken: a loss of 2.0 at step 2 is the other 2."""
     t = build("f", "step 2 loss 2.0 x 5", Parsed(step=2, metrics={"loss": 2.0}))
