@@ -703,3 +703,37 @@ def test_a_tee_never_started_whose_log_descriptor_is_gone_still_closes_its_clock
     os.close(tee.log.fileno())  # closed under it (EBADF when the tee closes it)
     tee.close_unstarted()
     assert tee.clock.fd is None
+
+
+def test_a_line_gets_the_time_it_was_read_not_when_a_slow_terminal_took_it(tmp_path: Path) -> None:
+    """The terminal's pipe is full: the pump reads the line, then waits on the terminal until the test drains it.
+    The line's mark is the time of the read, before the drain began (not the time the terminal took it)."""
+    term_r, term_w = os.pipe()
+    os.set_blocking(term_w, False)
+    filled = 0
+    try:
+        while True:
+            filled += os.write(term_w, b"f" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(term_w, True)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    terminal = os.fdopen(term_w, "wb", buffering=0)
+    tee = Tee(tmp_path / "output.log", lambda b: b, (terminal, io.BytesIO()))
+    tee.start((os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)))
+    os.write(out_w, b"step 1 loss 2.0\n")
+    _until(lambda: tee.read_bytes == 16, "the pump read the line")
+    drained_from = time.time()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: got.extend(_read_all(term_r)))
+    reader.start()
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(NO_GROUP) == []
+    terminal.close()
+    reader.join()
+    os.close(term_r)
+    assert len(got) == filled + 16 and got.endswith(b"step 1 loss 2.0\n")
+    ((lines, when),) = _clock(tmp_path / "output.clock")
+    assert lines == 1 and when < drained_from
