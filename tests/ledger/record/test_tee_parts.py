@@ -737,3 +737,31 @@ def test_a_line_gets_the_time_it_was_read_not_when_a_slow_terminal_took_it(tmp_p
     assert len(got) == filled + 16 and got.endswith(b"step 1 loss 2.0\n")
     ((lines, when),) = _clock(tmp_path / "output.clock")
     assert lines == 1 and when < drained_from
+
+
+def test_an_empty_first_line_counts_in_the_marks(tmp_path: Path) -> None:
+    tee, _ = _tee(tmp_path)
+    tee.spool.put(b"\nstep 1\n", when=9.0)
+    assert tee.spool.take() == b"\nstep 1\n"
+    tee._batch(b"\nstep 1\n")
+    assert _clock(tmp_path / "output.clock") == [(2, 9.0)]
+    tee.finish(NO_GROUP)
+
+
+def test_a_file_size_limit_reached_mid_batch_stops_the_log_with_a_note(tmp_path: Path) -> None:
+    """The kernel writes what fits under the limit and refuses the rest (EFBIG): the log keeps what was written,
+    the receipt says writing stopped, and no digest claims the whole batch."""
+    import resource
+
+    tee, log = _tee(tmp_path)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10, hard))
+    try:
+        tee._batch(b"0123456789abcdef\n")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert tee.written == 10 and log.read_bytes() == b"0123456789" and tee.digest is None
+    assert tee.finish(NO_GROUP) == [f"output.log: writing stopped: {os.strerror(errno.EFBIG)}"]
+    assert not (tmp_path / LOG_DIGEST_FILE).exists()
