@@ -139,6 +139,13 @@ def test_a_process_whose_name_looks_like_a_state_is_still_alive() -> None:
         p.wait()
 
 
+def test_a_launch_that_handles_the_terminate_gets_the_grace_period_to_exit() -> None:
+    p = _group("import os, signal, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.3), os._exit(0))); "
+               "print('ready', flush=True); time.sleep(60)")
+    assert end_group(p.pid, grace_s=30) is True
+    assert p.wait(10) == 0  # its own exit after its clean-up (0.3 s), not a SIGKILL
+
+
 def test_ending_a_group_terminates_it_and_kills_what_ignores_the_terminate() -> None:
     assert end_group(NO_GROUP) is False
     p = _group("import time; print('ready', flush=True); time.sleep(60)")
@@ -565,8 +572,8 @@ def test_a_daemon_that_closes_the_output_within_the_grace_period_is_read_to_its_
     """The daemon writes 1,700 bytes a second after the launch exited (the tee's cutoff is set), then closes: all
     recorded, and the note says how much came after the exit."""
     tee, out_w, err_w, _ = _start(tmp_path)
-    os.write(out_w, b"before the exit\n")
-    _until(lambda: tee.read_bytes == 16, "the pump read the launch's line")
+    os.write(out_w, b"b" * 999 + b"\n")
+    _until(lambda: tee.read_bytes == 1000, "the pump read the launch's line")
 
     def daemon() -> None:
         _until(lambda: tee.cutoff is not None, "the launch exited")
@@ -582,7 +589,7 @@ def test_a_daemon_that_closes_the_output_within_the_grace_period_is_read_to_its_
     assert not tee.cut and notes == ["a process outside the launch's group kept its output open; it closed it "
                                      "within 60 s of the launch's exit (1.7 kB recorded after the exit)"]
     log = (tmp_path / "output.log").read_bytes()
-    assert log == b"before the exit\n" + b"".join(b"daemon line %04d\n" % i for i in range(100))
+    assert log == b"b" * 999 + b"\n" + b"".join(b"daemon line %04d\n" % i for i in range(100))
 
 
 def test_the_spools_file_lies_beside_the_log_without_a_name(tmp_path: Path, monkeypatch) -> None:
@@ -765,3 +772,20 @@ def test_a_file_size_limit_reached_mid_batch_stops_the_log_with_a_note(tmp_path:
     assert tee.written == 10 and log.read_bytes() == b"0123456789" and tee.digest is None
     assert tee.finish(NO_GROUP) == [f"output.log: writing stopped: {os.strerror(errno.EFBIG)}"]
     assert not (tmp_path / LOG_DIGEST_FILE).exists()
+
+
+def test_an_empty_line_before_a_line_longer_than_a_batch_leaves_the_consumer_whole_lines(tmp_path: Path) -> None:
+    """One read of an empty line and a line of BATCH + 5 bytes: the writer's first take is the empty line and part
+    of the long one; the consumer gets the empty line, then the long line whole."""
+    from ledger.record.tee import BATCH
+
+    seen: list[bytes] = []
+    tee, out_w, err_w, _ = _start(tmp_path, consumer=seen.append)
+    data = b"\n" + b"y" * (BATCH + 5) + b"\n"
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out_w, view):]
+    os.close(out_w)
+    os.close(err_w)
+    assert tee.finish(NO_GROUP) == []
+    assert b"".join(seen) == data and all(batch.endswith(b"\n") for batch in seen), [len(b) for b in seen]
