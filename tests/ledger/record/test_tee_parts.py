@@ -128,6 +128,19 @@ def test_a_group_is_alive_while_a_process_of_it_runs_and_not_once_only_zombies_a
     assert not group_alive(p.pid)
 
 
+def test_without_proc_a_group_is_alive_while_a_signal_reaches_it(tmp_path: Path, monkeypatch) -> None:
+    """A system without /proc (macOS): the group is probed with signal 0, which reaches it without harm."""
+    monkeypatch.setattr(tee_module, "Path", lambda _: tmp_path / "no-proc")
+    p = _group("import time; print('ready', flush=True); time.sleep(60)")
+    try:
+        assert group_alive(p.pid) and p.poll() is None  # alive, and the probe did not end it
+        assert not group_alive(NO_GROUP)
+    finally:
+        p.kill()
+        p.wait()
+    assert not group_alive(p.pid)
+
+
 def test_a_process_whose_name_looks_like_a_state_is_still_alive() -> None:
     """/proc's stat line holds the process's name in parentheses; a name of ``x) Z 1`` is not a zombie's state."""
     p = _group("import time; open('/proc/self/comm', 'w').write('x) Z 1 2 3'); print('ready', flush=True); "
