@@ -401,7 +401,7 @@ class Tee:
                 continue
             data = pending + data
             cut = data.rfind(b"\n")
-            if cut < 0 and len(data) < MAX_LINE:
+            if cut < 0 and len(data) <= MAX_LINE:  # a line of MAX_LINE bytes waits for its newline
                 pending = data
                 continue
             batch, pending = (data[: cut + 1], data[cut + 1:]) if cut >= 0 else (data, b"")

@@ -82,8 +82,10 @@ MODULES: tuple[Module, ...] = (
             "tests/ledger/ingest/test_mlperf_mutants.py"), 3),
     Module("megatron", ("ledger/ingest/megatron.py",),
            ("tests/ledger/ingest/test_megatron_parser.py", "tests/ledger/ingest/test_megatron_mutants.py"), 3),
-    Module("template", ("ledger/ingest/formats/template.py",), ("tests/ledger/ingest/test_formats.py",), 5),
-    Module("tee", ("ledger/record/tee.py",), ("tests/ledger/record/test_tee.py",), 5),
+    Module("template", ("ledger/ingest/formats/template.py",),
+           (ING + "test_formats.py", ING + "test_template_lines.py"), 5),
+    Module("tee", ("ledger/record/tee.py",),
+           ("tests/ledger/record/test_tee.py", "tests/ledger/record/test_tee_parts.py"), 5),
     # issue 38: every module a user's figures pass through; first sample 1 in 10 (numbers ending in 0), second
     # the numbers ending in 5
     Module("identity", ("ledger/ingest/formats/identity.py",),
