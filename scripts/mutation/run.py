@@ -123,6 +123,8 @@ MODULES: tuple[Module, ...] = (
     # the compiled column reader is not in the mutation tree (a build output git ignores): the Python reader runs
     Module("scan", ("ledger/ingest/formats/scan.py",),
            (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py")),
+    # issue 38, analyses and replay (small modules: half their mutants in each sample)
+    Module("diff", ("ledger/analyses/diff.py",), (A + "test_compare_units.py", A + "test_diff_changes.py"), 5, 5),
 )
 
 DIGITS = "0516273849"
