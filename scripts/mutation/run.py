@@ -57,6 +57,7 @@ class Module:
 
 A = "tests/ledger/analyses/"
 ING = "tests/ledger/ingest/"
+R = "tests/ledger/replay/"
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py"), 10),
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
@@ -125,6 +126,7 @@ MODULES: tuple[Module, ...] = (
            (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py")),
     # issue 38, analyses and replay (small modules: half their mutants in each sample)
     Module("diff", ("ledger/analyses/diff.py",), (A + "test_compare_units.py", A + "test_diff_changes.py"), 5, 5),
+    Module("groups", ("ledger/analyses/groups.py",), (A + "test_groups.py", A + "test_groups_sides.py"), 5, 5),
 )
 
 DIGITS = "0516273849"
