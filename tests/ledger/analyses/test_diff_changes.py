@@ -106,7 +106,8 @@ def test_changes_are_grouped_by_factor_in_the_factor_order_and_bookkeeping_is_ap
     b = receipt(workload__seed=7, workload__precision__compute="bf16", stack__code__commit="abc",
                 workload__optimizer__lr=0.001, name="other", tags={"sweep": "x"}, id="f" * 64, run_uuid="v",
                 started_at="2026-01-02T03:04:05Z", ended_at="2026-01-02T04:04:05Z", duration_s=3600.0,
-                summary__steps=10, summary__final_loss=2.5, problems=[{"source": "x", "message": "a problem"}], exit_code=3,
+                summary__steps=10, summary__final_loss=2.5, problems=[{"source": "x", "message": "a problem"}],
+                exit_code=3,
                 workload__launch__overrides=["lr=0.001"])
     diff = factor_diff(a, b)
     assert diff.factors == ["code", "precision", "hyperparameters", "seed"]
