@@ -127,6 +127,10 @@ MODULES: tuple[Module, ...] = (
     # issue 38, analyses and replay (small modules: half their mutants in each sample)
     Module("diff", ("ledger/analyses/diff.py",), (A + "test_compare_units.py", A + "test_diff_changes.py"), 5, 5),
     Module("groups", ("ledger/analyses/groups.py",), (A + "test_groups.py", A + "test_groups_sides.py"), 5, 5),
+    # every test of test_export.py starts the `ledger` CLI (or is one with a test that does): in-process tests only
+    Module("compare", ("ledger/analyses/compare.py",),
+           (A + "test_compare_review.py", A + "test_evidence.py", ING + "test_compare_factors.py",
+            A + "test_verdict_words.py::test_banners_agree_with_the_rows_they_sum_up")),
 )
 
 DIGITS = "0516273849"
