@@ -131,6 +131,9 @@ MODULES: tuple[Module, ...] = (
     Module("compare", ("ledger/analyses/compare.py",),
            (A + "test_compare_review.py", A + "test_evidence.py", ING + "test_compare_factors.py",
             A + "test_verdict_words.py::test_banners_agree_with_the_rows_they_sum_up")),
+    Module("claims", ("ledger/replay/claims.py",),
+           (R + "test_claims.py::test_claim_sentences", R + "test_claims.py::test_the_words_match_the_numbers",
+            R + "test_claims.py::test_no_claim_without_between_run_evidence", R + "test_claims_figures.py"), 5, 5),
 )
 
 DIGITS = "0516273849"
