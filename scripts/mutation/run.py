@@ -127,13 +127,14 @@ MODULES: tuple[Module, ...] = (
     # issue 38, analyses and replay (small modules: half their mutants in each sample)
     Module("diff", ("ledger/analyses/diff.py",), (A + "test_compare_units.py", A + "test_diff_changes.py"), 5, 5),
     Module("groups", ("ledger/analyses/groups.py",), (A + "test_groups.py", A + "test_groups_sides.py"), 5, 5),
-    # every test of test_export.py starts the `ledger` CLI (or is one with a test that does): in-process tests only
+    # every in-process test that calls compare(); 1 in 10 a sample (its tests read a ledger of imported runs)
     Module("compare", ("ledger/analyses/compare.py",),
            (A + "test_compare_review.py", A + "test_evidence.py", ING + "test_compare_factors.py",
             A + "test_verdict_words.py::test_banners_agree_with_the_rows_they_sum_up")),
+    # claims' tests that read a ledger take seconds each (and a replay starts the runner): 2 in 10 a sample
     Module("claims", ("ledger/replay/claims.py",),
            (R + "test_claims.py::test_claim_sentences", R + "test_claims.py::test_the_words_match_the_numbers",
-            R + "test_claims.py::test_no_claim_without_between_run_evidence", R + "test_claims_figures.py"), 5, 5),
+            R + "test_claims.py::test_no_claim_without_between_run_evidence", R + "test_claims_figures.py"), 2, 2),
 )
 
 DIGITS = "0516273849"
