@@ -79,7 +79,7 @@ def state(comparison: dict[str, Any], a: str = "A", b: str = "B") -> Claim:
         return Claim(f"no claim: {a} and {b} are replicates of one configuration (they differ at most in the "
                      "seed)" + finding, None, None, None, "same configuration", confounded, False)
     if thr is None or thr["verdict"] in UNSUPPORTED or thr["ratio"] is None:
-        reason = (thr["reason"] if thr else None) or "no throughput row"
+        reason = (thr.get("reason") or thr.get("rule") or "no reason given") if thr else "no throughput row"
         need = f"; get it with: {' or '.join(steps[:2])}" if steps else ""
         return Claim(f"no claim: the throughput verdict is {thr['verdict'] if thr else 'unavailable'} ({reason}){need}",
                      None, None, None, loss["verdict"] if loss else "unavailable", confounded, False, steps)

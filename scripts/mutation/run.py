@@ -57,6 +57,7 @@ class Module:
 
 A = "tests/ledger/analyses/"
 ING = "tests/ledger/ingest/"
+R = "tests/ledger/replay/"
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py"), 10),
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
@@ -148,6 +149,17 @@ MODULES: tuple[Module, ...] = (
     Module("runs", ("ledger/store/runs.py",), ("tests/ledger/store/test_runs_columns.py",), 5, 5),
     Module("notes", ("ledger/report/notes.py", "ledger/store/annotation.py"),
            ("tests/ledger/store/test_annotation_records.py", "tests/ledger/report/test_notes_render.py"), 5, 5),
+    # issue 38, analyses and replay (small modules: half their mutants in each sample)
+    Module("diff", ("ledger/analyses/diff.py",), (A + "test_compare_units.py", A + "test_diff_changes.py"), 5, 5),
+    Module("groups", ("ledger/analyses/groups.py",), (A + "test_groups.py", A + "test_groups_sides.py"), 5, 5),
+    # every in-process test that calls compare(); 1 in 10 a sample (its tests read a ledger of imported runs)
+    Module("compare", ("ledger/analyses/compare.py",),
+           (A + "test_compare_review.py", A + "test_evidence.py", ING + "test_compare_factors.py",
+            A + "test_verdict_words.py::test_banners_agree_with_the_rows_they_sum_up")),
+    # claims' tests that read a ledger take seconds each (and a replay starts the runner): 2 in 10 a sample
+    Module("claims", ("ledger/replay/claims.py",),
+           (R + "test_claims.py::test_claim_sentences", R + "test_claims.py::test_the_words_match_the_numbers",
+            R + "test_claims.py::test_no_claim_without_between_run_evidence", R + "test_claims_figures.py"), 2, 2),
 )
 
 DIGITS = "0516273849"
