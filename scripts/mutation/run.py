@@ -57,6 +57,21 @@ class Module:
 
 A = "tests/ledger/analyses/"
 ING = "tests/ledger/ingest/"
+S = "tests/ledger/store/"
+R = "tests/ledger/record/"
+SCALE_IN_PROCESS = (
+    "test_receipts_go_into_shards_and_the_journal", "test_an_old_flat_ledger_is_read_in_place_then_migrated",
+    "test_sync_lists_only_the_shards_that_changed", "test_a_torn_journal_line_loses_nothing_after_it",
+    "test_a_batch_names_a_receipt_whose_rows_disagree_and_indexes_the_others",
+    "test_a_publisher_gives_way_to_a_waiting_reader",
+    "test_publishers_leave_the_index_alone_while_another_publish_is_under_way",
+    "test_a_reader_among_publishers_answers_from_the_index_as_it_is", "test_a_round_the_journal_fills_lists_no_shard",
+    "test_a_publishers_sync_is_bounded_and_the_next_one_finds_the_rest",
+    "test_publish_many_publishes_a_group_as_publish_does_and_all_or_nothing",
+    "test_the_index_takes_a_receipt_by_its_seal_and_refuses_a_forged_one",
+    "test_a_reader_catches_up_in_rounds_and_a_quiet_ledger_fully",
+    "test_threads_index_many_receipts_by_chunks_and_name_the_damaged")
+"""test_scale_layout.py's tests that start no Python child (those that do import ledger there)."""
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py"), 10),
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
@@ -123,6 +138,22 @@ MODULES: tuple[Module, ...] = (
     # the compiled column reader is not in the mutation tree (a build output git ignores): the Python reader runs
     Module("scan", ("ledger/ingest/formats/scan.py",),
            (ING + "test_formats.py", ING + "test_format_shapes.py", ING + "test_identity.py")),
+    # store and record (issue 38): in-process tests only (a `ledger` CLI or a `python -c` importing ledger, started
+    # by a test, cannot import a mutated module)
+    Module("integrity", ("ledger/store/integrity.py",),
+           (S + "test_integrity_mutants.py", S + "test_publish_group.py"), 5, 5),
+    Module("index", ("ledger/store/index.py",),
+           (S + "test_publish_group.py", S + "test_refs.py",
+            S + "test_index_reader.py::test_an_up_to_date_index_is_read_without_writing_it",
+            S + "test_index_reader.py::test_an_index_behind_the_files_or_of_another_version_is_synced",
+            *(S + "test_scale_layout.py::" + t for t in SCALE_IN_PROCESS))),
+    # test_streams.py's first test runs a real `ledger record` at a pseudo-terminal: left out
+    Module("streams", ("ledger/record/streams.py",),
+           (R + "test_streams_inprocess.py",
+            R + "test_streams.py::test_a_launch_whose_outputs_are_not_terminals_gets_pipes",
+            R + "test_streams.py::test_a_terminals_stream_writes_the_launchs_bytes_unchanged"), 5, 5),
+    Module("recover", ("ledger/record/recover.py",), (R + "test_recover_inprocess.py",), 5, 5),
+    Module("wrapper", ("ledger/record/wrapper.py",), (R + "test_wrapper_inprocess.py",)),
 )
 
 DIGITS = "0516273849"
