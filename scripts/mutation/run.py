@@ -143,7 +143,7 @@ MODULES: tuple[Module, ...] = (
     Module("integrity", ("ledger/store/integrity.py",),
            (S + "test_integrity_mutants.py", S + "test_publish_group.py"), 5, 5),
     Module("index", ("ledger/store/index.py",),
-           (S + "test_publish_group.py", S + "test_refs.py",
+           (S + "test_index_mutants.py", S + "test_publish_group.py", S + "test_refs.py",
             S + "test_index_reader.py::test_an_up_to_date_index_is_read_without_writing_it",
             S + "test_index_reader.py::test_an_index_behind_the_files_or_of_another_version_is_synced",
             *(S + "test_scale_layout.py::" + t for t in SCALE_IN_PROCESS))),
