@@ -154,6 +154,7 @@ MODULES: tuple[Module, ...] = (
             R + "test_streams.py::test_a_terminals_stream_writes_the_launchs_bytes_unchanged"), 5, 5),
     Module("recover", ("ledger/record/recover.py",), (R + "test_recover_inprocess.py",), 5, 5),
     Module("wrapper", ("ledger/record/wrapper.py",), (R + "test_wrapper_inprocess.py",)),
+    Module("job", ("ledger/record/job.py",), (R + "test_job_inprocess.py",)),
 )
 
 DIGITS = "0516273849"
