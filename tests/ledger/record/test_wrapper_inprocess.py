@@ -99,7 +99,9 @@ def test_a_signal_to_the_wrapper_is_forwarded_to_the_launch(tmp_path: Path, sign
     """The launch signals its parent (this process, the wrapper): the wrapper passes it on to the launch's process
     group, the launch dies of it, and the run is interrupted; the wrapper's own handlers are back afterwards."""
     before = {s: signal.getsignal(s) for s in wrapper.FORWARDED}
-    script = f"echo step 1 loss 2; kill -{int(signum)} $PPID; sleep 20; echo never"
+    # short sleeps: a shell that takes the signal between two commands dies of it once the command it started ends
+    script = (f"echo step 1 loss 2; kill -{int(signum)} $PPID; i=0; while [ $i -lt 200 ]; do sleep 0.1; "
+              "i=$((i+1)); done; echo never")
     lg, result, out, _ = _record(tmp_path, script)
     r = result.receipt
     assert r is not None and b"never" not in out
