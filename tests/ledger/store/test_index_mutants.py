@@ -449,3 +449,52 @@ def test_a_publisher_gives_way_while_it_waits(tmp_path: Path) -> None:
     assert str(err.value) == f"the index {lg.index_path} is left to a reader that waits for it"
     con = index._connect(lg.index_path, 5.0, give_way=lambda: False)
     con.close()
+
+
+def test_a_rebuild_for_another_layout_version_lists_every_shard_again(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index of an older layout is dropped whole, its shard stamps too: a receipt that arrived without a journal
+    line (a copy, a pull), which only the listing of its shard finds, is in the rebuilt index."""
+    monkeypatch.setattr(index, "RACY_NS", 0)  # every stamp trusted at once (not listed again for being recent)
+    lg, other = Ledger(tmp_path / "receipts"), Ledger(tmp_path / "other")
+    [published] = _publish(lg, 1)
+    [copied] = _publish(other, 1, first=3)
+    shutil.copytree(other.path(copied), lg.new_path(copied))
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+        assert _ids(con) == sorted([published, copied])
+        con.execute("UPDATE index_meta SET value = '5' WHERE key = 'version'")  # as an older ledger left it
+    with index.reader(lg) as con:
+        assert _ids(con) == sorted([published, copied])
+
+
+class _Shown:
+    """A progress listener (what the CLI's bar is): what each task said."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, float | None, str]] = []
+        self.updates: list[tuple[int, float, float | None]] = []
+        self.ended: list[int] = []
+
+    def begin(self, label: str, total: float | None, unit: str) -> int:
+        self.tasks.append((label, total, unit))
+        return len(self.tasks) - 1
+
+    def update(self, handle: int, done: float, total: float | None) -> None:
+        self.updates.append((handle, done, total))
+
+    def end(self, handle: int) -> None:
+        self.ended.append(handle)
+
+
+def test_a_reader_catching_up_shows_how_far_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ledger import progress
+
+    lg = Ledger(tmp_path / "receipts")
+    _publish(lg, 5)
+    monkeypatch.setattr(index, "READER_SYNC_ROUND", 2)
+    shown = _Shown()
+    with progress.listening(shown), index.reader(lg) as con:
+        assert len(_ids(con)) == 5
+    assert shown.tasks == [("indexing receipts", None, "receipts")]
+    assert shown.updates == [(0, 2, 5), (0, 4, 5), (0, 5, 5)] and shown.ended == [0]

@@ -351,6 +351,33 @@ def test_an_older_schema_version_is_migrated_and_validated(pub: tuple[Ledger, st
     assert sealed(lg, new).data["schema_version"] == SCHEMA_VERSION
 
 
+def test_an_older_schema_version_is_checked_file_by_file_and_its_rows_left_to_the_index(
+        pub: tuple[Ledger, str, Path]) -> None:
+    lg, rid, d = pub
+    raw = _raw(d)
+    raw["schema_version"] = SCHEMA_VERSION - 1
+    _artifact(raw, "steps.parquet")["rows"] = STEPS + 1
+    new, nd = _reseal(lg, d, raw)
+    assert sealed(lg, new).data["id"] == new  # the index counts the rows it inserts
+    with pytest.raises(DamagedReceipt, match=rf"^steps\.parquet: {STEPS} rows, listed as {STEPS + 1}$"):
+        verified(lg, new)
+    data = bytearray((nd / "output.log").read_bytes())
+    data[0] ^= 0x20
+    (nd / "output.log").write_bytes(bytes(data))  # the same size
+    with pytest.raises(DamagedReceipt, match=r"^output\.log: sha256 does not match the listed digest$"):
+        sealed(lg, new)
+
+
+def test_two_findings_say_one_more(pub: tuple[Ledger, str, Path]) -> None:
+    lg, rid, d = pub
+    (d / "extra.txt").write_text("x")
+    (d / "output.log").unlink()
+    with pytest.raises(DamagedReceipt) as err:
+        check_intact(lg, rid)
+    assert str(err.value) == (f"receipt {rid[:12]} is damaged: output.log: missing (and 1 more); run `ledger verify "
+                              f"{rid[:12]}`")
+
+
 def test_a_newer_schema_version_is_named(pub: tuple[Ledger, str, Path]) -> None:
     lg, rid, d = pub
     raw = _raw(d)
@@ -451,7 +478,7 @@ def test_a_recorded_digest_is_used_while_the_file_is_as_recorded(tmp_path: Path)
     st_ = log.stat()
     for change in ({"bytes": st_.st_size + 1}, {"bytes": st_.st_size - 1}, {"mtime_ns": st_.st_mtime_ns + 1},
                    {"mtime_ns": st_.st_mtime_ns - 1}, {"sha256": upper}, {"sha256": _digest(LOG)[:63]},
-                   {"sha256": _digest(LOG) + "0"}, {"sha256": "g" * 64}, {"sha256": 5}, {"sha256": None},
+                   {"sha256": _digest(LOG) + "0"}, {"sha256": "g" * 64}, {"sha256": "X" * 64}, {"sha256": 5}, {"sha256": None},
                    {"sha256": list(_digest(LOG))}):
         assert recorded_sha256(log, _record(log, **change)) is None, change
     # another process appends to the log: size and time no longer match
