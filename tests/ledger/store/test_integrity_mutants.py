@@ -538,3 +538,45 @@ def test_the_statement_names_every_file_with_its_digest_relative_to_the_ledger(p
     assert p == {"receipt_id": rid, "name": "r", "status": "succeeded", "started_at": raw["started_at"],
                  "stack": raw["stack"], "workload": raw["workload"], "summary": raw["summary"]}
     json.dumps(s)  # JSON values throughout
+
+
+def _write_sealed_text(lg: Ledger, directory: Path, raw: dict[str, Any], receipt_id: str) -> Path:
+    """receipt.json holding ``raw`` as canonical JSON (by json.dumps), in the directory of ``receipt_id``."""
+    target = lg.new_path(receipt_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(directory, target)
+    (target / "receipt.json").write_text(json.dumps(raw, sort_keys=True, separators=(",", ":"),
+                                                    ensure_ascii=False) + "\n")
+    return target
+
+
+def test_a_sealed_receipt_nested_too_deeply_is_refused(pub: tuple[Ledger, str, Path]) -> None:
+    """Anyone can seal a hostile receipt.json (the id is a digest): one nested deeper than any receipt is refused
+    before anything recurses through it, its seal notwithstanding."""
+    lg, rid, d = pub
+    raw = _raw(d)
+    deep: Any = "bottom"
+    for _ in range(70):
+        deep = {"k": deep}
+    raw["tags"] = {"deep": deep}
+    new = _digest(json.dumps(dict(raw, id=""), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    _write_sealed_text(lg, d, dict(raw, id=new), new)
+    with pytest.raises(InvalidReceipt, match="nested too deeply to be a receipt"):
+        sealed(lg, new)
+
+
+def test_a_receipt_whose_seal_is_a_nested_id_is_not_taken_as_sealed(pub: tuple[Ledger, str, Path]) -> None:
+    """A receipt.json crafted so that the first ``"id":"<directory's id>"`` in it is a nested object's, and the text
+    with that one blanked hashes to the directory's id, while its own top-level id is another: not sealed."""
+    lg, rid, d = pub
+    raw = _raw(d)
+    raw["id"] = "f" * 64
+    raw["artifacts"][0]["id"] = ""  # an object sorted before the top-level id, holding an id of its own
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    forged = _digest(text.encode())  # the digest of the text with the nested id blank
+    raw["artifacts"][0]["id"] = forged
+    target = _write_sealed_text(lg, d, raw, forged)
+    assert (target / "receipt.json").read_bytes().find(f'"id":"{forged}"'.encode()) < \
+        (target / "receipt.json").read_bytes().find(b'"id":"ffff')
+    with pytest.raises(DamagedReceipt, match="content digest does not match the id"):
+        sealed(lg, forged)
