@@ -580,3 +580,17 @@ def test_a_receipt_whose_seal_is_a_nested_id_is_not_taken_as_sealed(pub: tuple[L
         (target / "receipt.json").read_bytes().find(b'"id":"ffff')
     with pytest.raises(DamagedReceipt, match="content digest does not match the id"):
         sealed(lg, forged)
+
+
+def test_verifying_writes_nothing(pub: tuple[Ledger, str, Path], tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verifying reads: nothing is written into the receipt, the ledger or the current directory (the row counts
+    are read with an in-memory DuckDB)."""
+    lg, rid, d = pub
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert verify_receipt(lg, rid) == [] and verified(lg, rid).receipt.id == rid
+    statement(lg, rid)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
