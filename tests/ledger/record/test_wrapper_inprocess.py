@@ -201,6 +201,7 @@ def test_a_ledger_that_cannot_be_written_keeps_the_run_in_a_private_staging_root
     # what the wrapper left for `ledger recover`: its facts and the child's outcome, in the space reserved for it
     facts = json.loads((result.run_dir / "wrapper.json").read_text())
     assert facts["run_uuid"] == result.run_dir.name and facts["pid"] == os.getpid()
+    assert facts["pid_start"] == Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
     assert facts["host"] == socket.gethostname() and facts["name"] == "kept" and facts["cwd"] == str(tmp_path)
     assert facts["command"] == ["sh", "-c", script] and facts["attempt"] == 1 and facts["telemetry_interval"] == 0
     assert facts["links"] == {"attempt_of": None, "replicates": None, "baseline": None}
@@ -269,3 +270,39 @@ def test_the_stack_capture_never_fails_the_run(tmp_path: Path) -> None:
 def test_no_sampler_without_an_interval(tmp_path: Path) -> None:
     assert wrapper._start_sampler(tmp_path, 0, os.getpid()) is None
     assert wrapper._start_sampler(tmp_path, -1.0, os.getpid()) is None
+
+
+def test_variables_named_by_the_user_are_stored_in_the_stack(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "RUN_LABEL": "visible-label-77"}
+    lg, result, _, _ = _record(tmp_path, "true", env=env)
+    assert result.receipt is not None
+    assert "RUN_LABEL" not in _receipt(lg, result.receipt.id)["stack"]["environment"]
+    lg2, result2, _, _ = _record(tmp_path, "true", env=env, env_names=["RUN_LABEL"], ledger=Ledger(tmp_path / "2"))
+    assert result2.receipt is not None
+    assert _receipt(lg2, result2.receipt.id)["stack"]["environment"]["RUN_LABEL"] == "visible-label-77"
+
+
+def test_a_job_of_one_node_is_published_by_its_node_0(tmp_path: Path) -> None:
+    from ledger.record.jobkey import JobOptions
+
+    lg, result, _, err = _record(tmp_path, "echo step 1 loss 2", name="job1",
+                                 job=JobOptions(key="k-one", node_rank=0, nnodes=1, timeout_s=5))
+    r = result.receipt
+    assert r is not None and result.exit_code == 0
+    data = _receipt(lg, r.id)
+    assert [(n["node_rank"], n["status"]) for n in data["stack"]["nodes"]] == [(0, "ended")]
+    assert err.splitlines()[-1] == f"ledger: recorded {r.id} (job1, succeeded, exit 0)"
+    assert not any("waiting up to" in line for line in err.splitlines())
+
+
+def test_a_node_other_than_0_leaves_the_publish_to_node_0(tmp_path: Path) -> None:
+    from ledger.record.jobkey import JobOptions
+
+    lg, result, _, err = _record(tmp_path, "exit 2", job=JobOptions(key="k-two", node_rank=1, nnodes=2))
+    assert result.receipt is None and result.exit_code == 2
+    assert result.run_dir.name == "node-00001" and result.run_dir.parent.parent == lg.staging
+    assert err.splitlines()[-1] == (f"ledger: node 1 of job k-two staged in {result.run_dir}; node 0 publishes the "
+                                    "receipt")
+    from ledger.store.staging import acquire_staging_lock
+
+    os.close(acquire_staging_lock(result.run_dir))  # its wrapper let go of it
