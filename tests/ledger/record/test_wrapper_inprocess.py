@@ -186,7 +186,8 @@ def test_a_ledger_that_cannot_be_written_keeps_the_run_in_a_private_staging_root
     (tmp_path / "tmp").mkdir()
     (tmp_path / "blocker").write_text("")
     lg = Ledger(tmp_path / "blocker" / "receipts")
-    _, result, _, err = _record(tmp_path, script, ledger=lg, name="kept")
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": "gpu-node-7"}
+    _, result, _, err = _record(tmp_path, script, ledger=lg, name="kept", env=env)
     fallback = tmp_path / "tmp" / f"ledger-staging-{os.getuid()}"
     assert result.receipt is None and result.exit_code == code
     assert result.run_dir.parent == fallback and result.run_dir.is_dir()
@@ -205,6 +206,7 @@ def test_a_ledger_that_cannot_be_written_keeps_the_run_in_a_private_staging_root
     assert facts["host"] == socket.gethostname() and facts["name"] == "kept" and facts["cwd"] == str(tmp_path)
     assert facts["command"] == ["sh", "-c", script] and facts["attempt"] == 1 and facts["telemetry_interval"] == 0
     assert facts["links"] == {"attempt_of": None, "replicates": None, "baseline": None}
+    assert facts["node_name"] == "gpu-node-7" and "job" not in facts
     assert isinstance(facts["child_pid"], int) and facts["child_pid"] != os.getpid()
     exit_bytes = (result.run_dir / "exit.json").read_bytes()
     assert len(exit_bytes) == EXIT_RESERVE == 512
@@ -306,3 +308,18 @@ def test_a_node_other_than_0_leaves_the_publish_to_node_0(tmp_path: Path) -> Non
     from ledger.store.staging import acquire_staging_lock
 
     os.close(acquire_staging_lock(result.run_dir))  # its wrapper let go of it
+    job = json.loads((result.run_dir / "wrapper.json").read_text())["job"]
+    assert (job["key"], job["node_rank"], job["nnodes"]) == ("k-two", 1, 2)
+
+
+def test_the_launchs_arguments_are_staged_before_it_runs(tmp_path: Path) -> None:
+    lg, result, _, _ = _record(tmp_path, "echo step 1 loss 2", name="args")
+    lg2 = Ledger(tmp_path / "second")
+    out, err = io.BytesIO(), io.BytesIO()
+    result = record(lg2, RecordOptions(command=["sh", "-c", "echo step 1 loss 2", "prog", "--lr=0.5", "--layers", "4"],
+                                       cwd=tmp_path, telemetry_interval=0, stdout=out, stderr=err))
+    assert result.receipt is not None
+    data = _receipt(lg2, result.receipt.id)
+    arguments = data["workload"]["arguments"]
+    assert (arguments["lr"], arguments["layers"]) == ("0.5", "4")
+    assert data["capture"]["config_sources"] == ["argv"]

@@ -594,3 +594,24 @@ def test_verifying_writes_nothing(pub: tuple[Ledger, str, Path], tmp_path: Path,
     assert verify_receipt(lg, rid) == [] and verified(lg, rid).receipt.id == rid
     statement(lg, rid)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_current_receipt_is_given_as_stored_not_as_the_model_writes_it(pub: tuple[Ledger, str, Path]) -> None:
+    """A time written with an offset (as another writer may) is kept as written: the seal is of these bytes."""
+    lg, rid, d = pub
+    raw = _raw(d)
+    assert raw["ended_at"].endswith("Z")
+    raw["ended_at"] = raw["ended_at"][:-1] + "+00:00"
+    new, _ = _reseal(lg, d, raw)
+    assert verified(lg, new).data["ended_at"] == raw["ended_at"]
+    assert verify_receipt(lg, new) == []
+
+
+def test_an_invalid_field_is_named_without_the_files_path(pub: tuple[Ledger, str, Path]) -> None:
+    lg, rid, d = pub
+    raw = _raw(d)
+    raw["status"] = "bogus"
+    new, nd = _reseal(lg, d, raw)
+    [finding] = verify_receipt(lg, new)
+    assert finding.path == "receipt.json" and finding.problem.startswith("field status: ")
+    assert str(nd) not in finding.problem and "None" not in finding.problem
