@@ -323,3 +323,78 @@ def test_the_launchs_arguments_are_staged_before_it_runs(tmp_path: Path) -> None
     arguments = data["workload"]["arguments"]
     assert (arguments["lr"], arguments["layers"]) == ("0.5", "4")
     assert data["capture"]["config_sources"] == ["argv"]
+
+
+def test_a_signal_once_the_launch_runs_is_forwarded_at_once(tmp_path: Path) -> None:
+    """The launch waits until the wrapper has written its pid (after the handlers send signals themselves), then
+    signals the wrapper: the handler forwards it to the launch's group directly."""
+    script = ('while ! grep -q child_pid "$LEDGER_RUN_DIR/wrapper.json"; do sleep 0.01; done; kill -TERM $PPID; '
+              "i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; echo never")
+    lg, result, out, _ = _record(tmp_path, script)
+    assert result.receipt is not None and b"never" not in out
+    data = _receipt(lg, result.receipt.id)
+    assert (data["status"], data["exit_code"], data["signal"]) == ("interrupted", 143, "SIGTERM")
+
+
+def test_wrapper_json_names_the_launchs_process_by_pid_and_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """What `ledger recover` needs to tell the launch from a process that reused its pid: the launch writes its own
+    pid and start time (field 22 of /proc/<pid>/stat) where the wrapper's facts can be compared with them."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "blocker").write_text("")
+    lg = Ledger(tmp_path / "blocker" / "receipts")
+    script = f"echo $$ > {tmp_path}/pid; cut -d' ' -f22 /proc/$$/stat > {tmp_path}/start"
+    _, result, _, _ = _record(tmp_path, script, ledger=lg)
+    facts = json.loads((result.run_dir / "wrapper.json").read_text())
+    assert facts["child_pid"] == int((tmp_path / "pid").read_text())
+    assert facts["child_start"] == (tmp_path / "start").read_text().strip()
+
+
+def test_the_wrapper_samples_telemetry_when_asked(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path / "receipts")
+    out, err = io.BytesIO(), io.BytesIO()
+    result = record(lg, RecordOptions(command=["sh", "-c", "sleep 0.5; echo step 1 loss 2"], cwd=tmp_path,
+                                      telemetry_interval=0.05, stdout=out, stderr=err))
+    assert result.receipt is not None
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(lg.path(result.receipt.id) / "telemetry.parquet").num_rows
+    assert rows > 0
+
+
+@pytest.mark.parametrize(("phase", "status"), [("prelaunch", "interrupted"), ("launched", None),
+                                               ("running", None), ("finalizing", "succeeded")])
+def test_a_wrapper_killed_at_each_phase_is_published_by_recover(tmp_path: Path, phase: str, status: str | None
+                                                                ) -> None:
+    """The wrapper SIGKILLs itself at a phase (``LEDGER_FAULT_AT``), in a forked child of this process (so that the
+    code under test is this process's); `ledger recover` then publishes what it left, once."""
+    from ledger.record.recover import recover
+
+    lg = Ledger(tmp_path / "receipts")
+    done = tmp_path / "done"
+    pid = os.fork()
+    if pid == 0:  # the wrapper's process
+        try:
+            os.environ["LEDGER_FAULT_AT"] = phase
+            record(lg, RecordOptions(command=["sh", "-c", f"echo step 1 loss 2; touch {done}"], cwd=tmp_path,
+                                     telemetry_interval=0, stdout=io.BytesIO(), stderr=io.BytesIO()))
+        finally:
+            os._exit(3)
+    _, code = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(code) and os.WTERMSIG(code) == signal.SIGKILL
+    [run_dir] = list(lg.staging.iterdir())
+    facts = json.loads((run_dir / "wrapper.json").read_text())
+    assert ("child_pid" in facts) is (phase != "prelaunch")
+    if phase != "prelaunch":
+        import time
+
+        deadline = time.monotonic() + 30
+        while not done.exists() and time.monotonic() < deadline:  # the launch runs on without its wrapper
+            time.sleep(0.02)
+    [r] = recover(lg)
+    assert r.action == "published"
+    data = _receipt(lg, r.receipt_id or "")
+    if status is not None:
+        assert data["status"] == status
+    assert recover(lg) == []
