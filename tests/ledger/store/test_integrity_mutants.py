@@ -615,3 +615,21 @@ def test_an_invalid_field_is_named_without_the_files_path(pub: tuple[Ledger, str
     [finding] = verify_receipt(lg, new)
     assert finding.path == "receipt.json" and finding.problem.startswith("field status: ")
     assert str(nd) not in finding.problem and "None" not in finding.problem
+
+
+def test_every_damaged_file_is_named_not_only_the_first(pub: tuple[Ledger, str, Path]) -> None:
+    lg, rid, d = pub
+    names = ["steps.parquet", "evals.parquet", "timing.parquet", "output.log"]
+    for name in names:
+        data = bytearray((d / name).read_bytes())
+        data[-1] ^= 0x01
+        (d / name).write_bytes(bytes(data))
+    (d / "events.parquet").unlink()
+    (d / "routing.parquet").write_bytes(b"")
+    listed = [a["path"] for a in _raw(d)["artifacts"]]
+    routing = _artifact(_raw(d), "routing.parquet")["bytes"]
+    expected = {n: "sha256 does not match the listed digest" for n in names}
+    expected |= {"events.parquet": "missing", "routing.parquet": f"size 0 bytes, listed as {routing}"}
+    assert verify_receipt(lg, rid) == [Finding(rid, n, expected[n]) for n in listed if n in expected]
+    assert verify_receipt(lg, rid, deep=False) == [Finding(rid, n, expected[n]) for n in listed
+                                                   if n in ("events.parquet", "routing.parquet")]
