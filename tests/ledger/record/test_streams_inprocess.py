@@ -297,3 +297,18 @@ def test_without_termios_every_output_gets_a_pipe(terminal: tuple[io.FileIO, int
         assert s.sources == [None] and not os.isatty(s.child[0])
     finally:
         s.close()
+
+
+def test_descriptors_closed_by_someone_else_are_passed_over(terminal: tuple[io.FileIO, int]) -> None:
+    """The tee closes its ends (the files :meth:`readers` made) before the wrapper's cleanup, and a launch's end may
+    be closed already: closing again is no error."""
+    user, _ = terminal
+    s = launch_streams((user, io.BytesIO()))
+    os.close(s.child[1])  # closed by someone else first
+    s.launched()
+    assert s.child == []
+    out, err = s.readers()
+    out.close()
+    err.close()
+    s.close()
+    assert s.reader == [] and s.child == []
