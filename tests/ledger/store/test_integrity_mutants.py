@@ -633,3 +633,23 @@ def test_every_damaged_file_is_named_not_only_the_first(pub: tuple[Ledger, str, 
     assert verify_receipt(lg, rid) == [Finding(rid, n, expected[n]) for n in listed if n in expected]
     assert verify_receipt(lg, rid, deep=False) == [Finding(rid, n, expected[n]) for n in listed
                                                    if n in ("events.parquet", "routing.parquet")]
+
+
+def test_an_unreadable_table_is_named_with_duckdbs_reason_and_the_others_still_counted(
+        pub: tuple[Ledger, str, Path]) -> None:
+    import duckdb
+
+    lg, rid, d = pub
+    raw = _raw(d)
+    garbage = b"PAR1 this is not a parquet file PAR1"
+    (d / "steps.parquet").write_bytes(garbage)  # listed with its own digest: only its rows cannot be read
+    _artifact(raw, "steps.parquet").update(sha256=_digest(garbage), bytes=len(garbage))
+    _artifact(raw, "evals.parquet")["rows"] = 4
+    new, nd = _reseal(lg, d, raw)
+    try:
+        duckdb.connect(":memory:").execute("SELECT num_rows FROM parquet_file_metadata(?)",
+                                           [str(nd / "steps.parquet")]).fetchone()
+    except duckdb.Error as exc:
+        reason = str(exc).splitlines()[0]
+    assert verify_receipt(lg, new) == [Finding(new, "steps.parquet", f"unreadable Parquet: {reason}"),
+                                       Finding(new, "evals.parquet", "0 rows, listed as 4")]
