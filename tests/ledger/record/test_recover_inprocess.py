@@ -372,3 +372,74 @@ def test_a_sigterm_forwarded_then_exit_130_is_interrupted(tmp_path: Path) -> Non
                                         "ended_at": "2026-05-28T20:30:00+00:00"})
     [r] = recover(lg)
     assert _receipt(lg, r.receipt_id)["status"] == "interrupted"
+
+
+def test_a_wrapper_killed_before_its_capture_reads_the_files_the_launch_wrote_in_its_directory(tmp_path: Path
+                                                                                               ) -> None:
+    """The launch's directory (``cwd`` of wrapper.json) holds a Hugging Face trainer state; the log says nothing:
+    the steps come from that file."""
+    lg = Ledger(tmp_path / "receipts")
+    work = tmp_path / "work"
+    (work / "out" / "checkpoint-3").mkdir(parents=True)
+    state = {"global_step": 3, "max_steps": 3,
+             "log_history": [{"step": s, "loss": 2.0 - 0.5 * s, "epoch": 0.1 * s} for s in (1, 2, 3)]}
+    (work / "out" / "checkpoint-3" / "trainer_state.json").write_text(json.dumps(state))
+    run = lg.staging / "u1"
+    run.mkdir(parents=True)
+    write_wrapper_facts(run, {"run_uuid": "u1", "started_at": "2020-01-01T00:00:00+00:00", "child_pid": DEAD_PID,
+                              "command": ["python", "train.py"], "cwd": str(work)})
+    (run / "output.log").write_text("nothing to read here\n")
+    [r] = recover(lg)
+    data = _receipt(lg, r.receipt_id)
+    assert (data["summary"]["steps"], data["summary"]["final_loss"]) == (3, 0.5)
+
+
+def test_a_job_left_in_the_staging_root_is_recovered_as_a_job(tmp_path: Path) -> None:
+    from ledger.store.jobs import ENDED_MARK, node_dir
+
+    lg = Ledger(tmp_path / "receipts")
+    job = lg.staging / "job-00112233aabbccdd"
+    node = node_dir(job, 0)
+    (node / "rank-00000").mkdir(parents=True)
+    (node / LOCK_FILE).write_text("")
+    write_wrapper_facts(node, {"run_uuid": "n0", "child_pid": DEAD_PID, "host": "h0",
+                               "job": {"key": "k", "node_rank": 0, "nnodes": 1, "node_name": "h0"}})
+    (node / "rank-00000" / "steps.jsonl").write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    (node / "exit.json").write_text(json.dumps({"returncode": 0, "ended_at": "2026-05-28T20:10:00+00:00"}))
+    (node / ENDED_MARK).write_text("")
+    _stage(lg.staging, "single")
+    results = recover(lg)
+    assert [(r.run_uuid, r.action) for r in results] == [("job-00112233aabbccdd", "published"),
+                                                         ("single", "published")]
+    assert results[0].detail == "job of 1 nodes" and results[0].receipt_id is not None
+    data = _receipt(lg, results[0].receipt_id)
+    assert data["status"] == "succeeded" and [n["node_rank"] for n in data["stack"]["nodes"]] == [0]
+    held = lg.staging / "job-ffeeddccbbaa0099"
+    node_dir(held, 0).mkdir(parents=True)
+    fd = acquire_staging_lock(held)
+    try:
+        assert recover(lg) == [Recovered("job-ffeeddccbbaa0099", "running", None, "its node-0 wrapper is alive")]
+    finally:
+        os.close(fd)
+
+
+def test_temporary_directories_of_a_live_job_or_an_idle_run_are_told_apart(tmp_path: Path) -> None:
+    """A job's staging name holds a dash (``job-<digest>``): its publisher's temporary directory is kept while the job
+    is locked; the temporary directory of a run whose lock is free (no publisher at work) is removed."""
+    lg = Ledger(tmp_path / "receipts")
+    lg.ensure_writable()
+    job = lg.staging / "job-abc"
+    job.mkdir()
+    kept = lg.root / f"{TMP_PREFIX}job-abc-0011aabb"
+    kept.mkdir()
+    me = os.getpid()
+    idle = _stage(lg.staging, "idle", child_pid=me, child_start=proc_start(me))  # its launch runs, its wrapper died
+    gone = lg.root / f"{TMP_PREFIX}idle-22334455"
+    gone.mkdir()
+    fd = acquire_staging_lock(job)
+    try:
+        got = _by_uuid(recover(lg))
+    finally:
+        os.close(fd)
+    assert got["job-abc"].action == "running" and got["idle"].action == "running" and idle.is_dir()
+    assert kept.is_dir() and not gone.exists()
