@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,8 @@ def test_a_ledger_that_cannot_be_written_keeps_the_run_in_a_private_staging_root
     assert len(exit_bytes) == EXIT_RESERVE == 512
     outcome = json.loads(exit_bytes)
     assert outcome["returncode"] == (0 if code == EXIT_NOT_RECORDED else code) and outcome["forwarded"] == []
+    ended = datetime.fromisoformat(outcome["ended_at"])
+    assert datetime.fromisoformat(facts["started_at"]) <= ended <= datetime.now(UTC)
     # and the lock is free: recover can take it
     from ledger.store.staging import acquire_staging_lock
 
@@ -398,3 +401,22 @@ def test_a_wrapper_killed_at_each_phase_is_published_by_recover(tmp_path: Path, 
     if status is not None:
         assert data["status"] == status
     assert recover(lg) == []
+
+
+def test_a_receipt_that_cannot_be_published_into_the_ledger_says_how_to_recover_it(tmp_path: Path) -> None:
+    """The ledger can be staged into, but every shard directory is a symbolic link (ledger never publishes through
+    one): the run stays in the ledger's own staging, and the command to publish it later needs no --from."""
+    lg = Ledger(tmp_path / "receipts")
+    lg.ensure_writable()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for i in range(256):
+        (lg.root / f"{i:02x}").symlink_to(elsewhere, target_is_directory=True)
+    _, result, _, err = _record(tmp_path, "echo step 1 loss 2", ledger=lg)
+    assert result.receipt is None and result.exit_code == EXIT_NOT_RECORDED
+    assert result.run_dir.parent == lg.staging and result.run_dir.is_dir()
+    last = err.splitlines()[-1]
+    assert last.startswith("ledger: could not publish the receipt (") and " is a symbolic link" in last
+    assert last.endswith(f"); the run's data is kept in {result.run_dir}; once the problem is fixed, publish it with "
+                         f"`ledger recover --ledger {lg.root}`")
+    assert list(elsewhere.iterdir()) == []
