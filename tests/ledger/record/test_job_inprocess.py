@@ -280,3 +280,52 @@ def test_redacting_json_values(value: object) -> None:
         assert got == {"K": "V"}
     else:
         assert got == expected[value]  # type: ignore[index]
+
+
+def _record_node(tmp: Path, lg: Ledger, k: int, script: str, nnodes: int = 2) -> tuple[object, str]:
+    import io
+
+    from ledger.record.jobkey import JobOptions
+    from ledger.record.wrapper import RecordOptions, record
+
+    err = io.BytesIO()
+    result = record(lg, RecordOptions(command=["sh", "-c", script], cwd=tmp, telemetry_interval=0, name="two",
+                                      stdout=io.BytesIO(), stderr=err,
+                                      job=JobOptions(key="two-nodes", node_rank=k, nnodes=nnodes, timeout_s=30)))
+    return result, err.getvalue().decode()
+
+
+def test_two_nodes_recorded_here_make_one_receipt_from_node_0(tmp_path: Path) -> None:
+    """Node 1's wrapper ends first (its launch failed), then node 0's: node 0 waits for none, assembles both and
+    publishes one failed receipt; each node's output gave steps, node 0's are kept and node 1's named."""
+    lg = Ledger(tmp_path / "receipts")
+    r1, err1 = _record_node(tmp_path, lg, 1, "echo step 1 loss 4; echo step 2 loss 3; exit 3")
+    assert r1.receipt is None and r1.exit_code == 3  # type: ignore[attr-defined]
+    assert err1.splitlines()[-1].startswith("ledger: node 1 of job two-nodes staged in ")
+    r0, err0 = _record_node(tmp_path, lg, 0, "echo step 1 loss 2; echo step 2 loss 1")
+    receipt = r0.receipt  # type: ignore[attr-defined]
+    assert receipt is not None and r0.exit_code == 0  # type: ignore[attr-defined]
+    assert "ledger: node 0 of job two-nodes: waiting up to 30 s for 1 other node(s)" in err0.splitlines()
+    assert err0.splitlines()[-1] == f"ledger: recorded {receipt.id} (two, failed, exit 3; this node: succeeded, exit 0)"
+    data = _receipt(lg, receipt.id)
+    assert (data["status"], data["exit_code"]) == ("failed", 3)
+    assert [(n["node_rank"], n["status"], n["exit_code"]) for n in data["stack"]["nodes"]] == \
+        [(0, "ended", 0), (1, "ended", 3)]
+    assert (data["summary"]["steps"], data["summary"]["final_loss"]) == (2, 1.0)  # node 0's output
+    problems = [(p["source"], p["message"]) for p in data["problems"]]
+    assert ("capture", "node 1's output also gave 2 steps row(s); node 0's were kept") in problems
+    log = (lg.path(receipt.id) / "output.log").read_text().splitlines()
+    assert log[0].startswith("==> node 0 (") and "step 2 loss 1" in log and "step 2 loss 3" in log
+    assert not any(p.name.startswith("job-") for p in lg.staging.iterdir())  # published: the job's staging gone
+
+
+def test_a_node_whose_ranks_wrote_steps_keeps_them_over_any_capture(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path / "receipts")
+    script = ('mkdir -p "$LEDGER_RUN_DIR/rank-00001"; printf \'{"step": 1, "loss": 9.5}\\n\' > '
+              '"$LEDGER_RUN_DIR/rank-00001/steps.jsonl"; echo step 1 loss 4')
+    _record_node(tmp_path, lg, 1, script)
+    r0, _ = _record_node(tmp_path, lg, 0, "echo step 1 loss 2")
+    data = _receipt(lg, r0.receipt.id)  # type: ignore[attr-defined]
+    problems = [(p["source"], p["message"]) for p in data["problems"]]
+    assert ("capture", "node 0's output also gave 1 steps row(s); the ranks' own were kept") in problems
+    assert data["summary"]["final_loss"] == 9.5
