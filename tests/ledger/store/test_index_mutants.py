@@ -426,8 +426,12 @@ def test_an_index_held_by_another_process(tmp_path: Path, capsys: pytest.Capture
                 pass
         assert str(err.value) == (f"the index {lg.index_path} stayed locked by another process for 1 s; retry, or "
                                   "delete it (it is derived) and run `ledger reindex`")
-        with index.reader(lg, timeout=0.3) as con:
+        from ledger import progress
+
+        shown = _Shown()
+        with progress.listening(shown), index.reader(lg, timeout=0.3) as con:
             assert _ids(con) == sorted(ids + more)  # every receipt, the one not yet indexed too
+            assert shown.tasks == [("reading receipt files", None, "receipts")] and shown.updates[-1] == (0, 3, 3)
             with pytest.raises(duckdb.Error):
                 con.execute(f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')").fetchall()
             index.mark_verified(lg, con)  # read from the files: the index itself was not checked
