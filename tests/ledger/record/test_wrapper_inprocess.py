@@ -420,3 +420,28 @@ def test_a_receipt_that_cannot_be_published_into_the_ledger_says_how_to_recover_
     assert last.endswith(f"); the run's data is kept in {result.run_dir}; once the problem is fixed, publish it with "
                          f"`ledger recover --ledger {lg.root}`")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_launch_at_a_terminal_is_told_when_the_users_terminal_is_resized(tmp_path: Path) -> None:
+    """The wrapper's stdout is a terminal of 33 x 101: the launch gets a terminal of that size. The launch shrinks
+    its own to 5 x 7 and signals SIGWINCH to the wrapper (as the user's terminal does when resized): the wrapper
+    copies the user's terminal's size to the launch's again and passes SIGWINCH on, which the launch traps."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+    # until the launch's trap has run: a signal sent before the wrapper's handler is in place is ignored
+    script = (f"trap 'stty size <&1 > {tmp_path}/after' WINCH; stty size <&1 > {tmp_path}/before; "
+              f"stty rows 5 cols 7 <&1; i=0; while [ ! -s {tmp_path}/after ] && [ $i -lt 100 ]; do "
+              "kill -WINCH $PPID; sleep 0.1; i=$((i+1)); done")
+    lg = Ledger(tmp_path / "receipts")
+    with os.fdopen(slave, "wb", buffering=0) as terminal:
+        result = record(lg, RecordOptions(command=["sh", "-c", script], cwd=tmp_path, telemetry_interval=0,
+                                          stdout=terminal, stderr=io.BytesIO()))
+    os.close(master)
+    assert (tmp_path / "before").read_text().split() == ["33", "101"]
+    assert (tmp_path / "after").read_text().split() == ["33", "101"]
+    assert result.receipt is not None and result.receipt.status == "succeeded"
+    assert signal.getsignal(signal.SIGWINCH) == signal.SIG_DFL
