@@ -329,3 +329,83 @@ def test_a_node_whose_ranks_wrote_steps_keeps_them_over_any_capture(tmp_path: Pa
     problems = [(p["source"], p["message"]) for p in data["problems"]]
     assert ("capture", "node 0's output also gave 1 steps row(s); the ranks' own were kept") in problems
     assert data["summary"]["final_loss"] == 9.5
+
+
+SECRET = "s3cr3t-Job-Value-91"
+
+
+def test_each_nodes_stack_and_runtime_facts_are_kept_redacted_and_compared(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_API_TOKEN", SECRET)  # recover's redactor is the process environment's
+    lg, job = _job(tmp_path)
+    d0 = _node(job, 0, ranks=(0,))
+    d1 = _node(job, 1, ranks=(1,))
+    (d0 / "stack.json").write_text(json.dumps({"hardware": {"gpu_model": "H200", "gpu_count": 8}}))
+    (d1 / "stack.json").write_text(json.dumps({"hardware": {"gpu_count": "many"}}))  # invalid: an empty stack
+    (d0 / "rank-00000" / "runtime.json").write_text(json.dumps({"host": "node0", "nccl": "2.21.5",
+                                                                "python": f"3.11 {SECRET}"}))
+    (d1 / "rank-00001" / "runtime.json").write_text(json.dumps({"host": "node1", "nccl": "2.18.1",
+                                                                "python": "3.12"}))
+    (job / "wrapper").mkdir(parents=True)  # left by an earlier assembly: replaced
+    (job / "wrapper" / "stale.txt").write_text("old")
+    _, rid, _ = recover_job(lg, job)
+    data = _receipt(lg, rid)
+    text = json.dumps(data)
+    assert SECRET not in text
+    assert data["stack"]["hardware"]["gpu_model"] == "H200" and data["stack"]["drivers"]["nccl"] == "2.21.5"
+    problems = [(p["source"], p["message"]) for p in data["problems"]]
+    try:
+        from schemas import Stack
+
+        Stack.model_validate({"hardware": {"gpu_count": "many"}})
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+    assert ("node-00001/stack.json", f"invalid: {first}") in problems
+    assert any(src == "nodes" and msg.startswith("nodes differ in ") for src, msg in problems)
+    assert not (lg.path(rid) / "stale.txt").exists()
+
+
+def test_a_lost_node_with_several_ranks_and_odd_problems_lines(tmp_path: Path) -> None:
+    lg, job = _job(tmp_path)
+    _node(job, 0, ranks=(0,))
+    d1 = _node(job, 1, ranks=(1, 5), ended=False, returncode=None)
+    with open(d1 / "problems.jsonl", "wb") as f:
+        f.write(json.dumps({"source": "tee", "message": "cut"}).encode() + b"\n" + b'{"source": "x", "message": "caf\xff"}\n')
+    _, rid, _ = recover_job(lg, job)
+    problems = [(p["source"], p["message"]) for p in _receipt(lg, rid)["problems"]]
+    assert ("nodes", "node 1 (node1) lost: its wrapper died before the node ended; kept what it wrote (ranks 1, 5)") \
+        in problems
+    assert ("node-00001/tee", "cut") in problems and ("node-00001/x", "caf\ufffd") in problems
+
+
+def test_a_node_without_a_host_has_no_hostname_and_a_reused_pid_is_not_its_launch(tmp_path: Path) -> None:
+    lg, job = _job(tmp_path)
+    _node(job, 0, ranks=(0,), nnodes=1)
+    facts = json.loads((node_dir(job, 0) / "wrapper.json").read_text())
+    me = os.getpid()
+    write_wrapper_facts(node_dir(job, 0), {k: v for k, v in facts.items() if k not in ("host", "job")}
+                        | {"child_pid": me, "child_start": "1"})  # this pid now belongs to another process
+    action, rid, _ = recover_job(lg, job)
+    assert action == "published"
+    [node] = _receipt(lg, rid)["stack"]["nodes"]
+    assert node["hostname"] is None
+
+
+def test_the_arguments_are_the_lowest_nodes_and_the_capture_facts_the_capturing_nodes(tmp_path: Path) -> None:
+    """Node 0 prints no steps, node 1 does: the steps (and capture.json) are node 1's, the arguments node 0's."""
+    import io
+
+    from ledger.record.jobkey import JobOptions
+    from ledger.record.wrapper import RecordOptions, record
+
+    lg = Ledger(tmp_path / "receipts")
+    results = []
+    for k, script, lr in ((1, "echo step 1 loss 4", "0.2"), (0, "echo hello", "0.1")):
+        results.append(record(lg, RecordOptions(command=["sh", "-c", script, "prog", f"--lr={lr}"], cwd=tmp_path,
+                                                telemetry_interval=0, stdout=io.BytesIO(), stderr=io.BytesIO(),
+                                                job=JobOptions(key="args", node_rank=k, nnodes=2, timeout_s=30))))
+    receipt = results[-1].receipt
+    assert receipt is not None
+    data = _receipt(lg, receipt.id)
+    assert data["workload"]["arguments"]["lr"] == "0.1"
+    assert data["summary"]["steps"] == 1 and data["summary"]["final_loss"] == 4.0
