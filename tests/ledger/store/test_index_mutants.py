@@ -502,3 +502,15 @@ def test_a_reader_catching_up_shows_how_far_it_is(tmp_path: Path, monkeypatch: p
         assert len(_ids(con)) == 5
     assert shown.tasks == [("indexing receipts", None, "receipts")]
     assert shown.updates == [(0, 2, 5), (0, 4, 5), (0, 5, 5)] and shown.ended == [0]
+
+
+def test_a_receipt_in_the_old_flat_layout_makes_the_index_not_current(tmp_path: Path) -> None:
+    lg, other = Ledger(tmp_path / "receipts"), Ledger(tmp_path / "other")
+    _publish(lg, 1)
+    [flat] = _publish(other, 1, first=4)
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+        assert index.is_current(lg, con)
+        shutil.copytree(other.path(flat), lg.root / flat)  # <root>/<id>/, as ledgers before the shards kept them
+        assert not index.is_current(lg, con)
+        assert index.sync(lg, con).added == [flat] and flat in _ids(con)
