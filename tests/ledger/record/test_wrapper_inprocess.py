@@ -392,8 +392,11 @@ def test_a_wrapper_killed_at_each_phase_is_published_by_recover(tmp_path: Path, 
     if phase != "prelaunch":
         import time
 
+        from ledger.record.outcome import process_alive
+
         deadline = time.monotonic() + 30
-        while not done.exists() and time.monotonic() < deadline:  # the launch runs on without its wrapper
+        while time.monotonic() < deadline and (  # the launch runs on without its wrapper: until it has ended
+                not done.exists() or process_alive(facts["child_pid"], facts.get("child_start"))):
             time.sleep(0.02)
     [r] = recover(lg)
     assert r.action == "published"
