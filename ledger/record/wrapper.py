@@ -249,29 +249,43 @@ def _launch(run: _Run, opts: RecordOptions) -> _Launched:
     child_env = run.env | {ENV_RUN_DIR: str(run.dir.resolve()), ENV_RUN_ATTEMPT: str(opts.attempt)}
     if not all(streams.terminal) and UNBUFFERED not in run.env:
         child_env[UNBUFFERED] = "1"  # lines reach the tee (and their time) as printed, not 8 KiB at a time
+    forwarded: list[int] = []
+    started: list[Popen[bytes]] = []
+    unsent: list[int] = []  # signals that came before the launch could be sent one
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        if not started:
+            unsent.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(started[0].pid, signum)
+
+    # the handlers before the launch: a signal that came while it started (the launch itself may send one at once)
+    # killed the wrapper and left the launch running without it
+    previous: dict[int, Any] = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
         child = Popen(list(opts.command), stdout=streams.child[0], stderr=streams.child[1], env=child_env,
                       cwd=opts.cwd, start_new_session=True)
     except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         streams.close()
         tee.close_unstarted()
         raise
+    started.append(child)  # from here the handler sends each signal itself
+    while unsent:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, unsent.pop(0))
     streams.launched()
     write_wrapper_facts(run.dir, run.facts | {"child_pid": child.pid, "child_start": proc_start(child.pid)})
     fault("launched")
-    forwarded: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signum)
 
     def resized(_signum: int, _frame: object) -> None:  # the user's terminal: its new size, then the launch's turn
         streams.resized()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGWINCH)
 
-    previous: dict[int, Any] = {s: signal.signal(s, forward) for s in FORWARDED}
     if streams.any_terminal:
         previous[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, resized)
     tee.start(streams.readers())  # the log and its clock from the first line; the parser attaches later

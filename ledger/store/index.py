@@ -947,4 +947,4 @@ _IN_MEMORY: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
 
 def query(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:
     """Run one statement and return its result as an Arrow table."""
-    return con.execute(sql, params or []).to_arrow_table()
+    return con.sql(sql, params=params or None).to_arrow_table()  # an execute()'s result copies (DuckDB 2 warns)

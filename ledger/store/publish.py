@@ -668,6 +668,9 @@ def _mark(run_dir: Path, receipt_id: str) -> None:
 
 
 _FLUSHERS: list[Any] = []
+# a forked child has the pool without its threads: its first group would wait for them forever (a forked
+# process that publishes: mutmut's mutant runs, a fork of the wrapper); it starts a pool of its own
+os.register_at_fork(after_in_child=_FLUSHERS.clear)
 
 
 def _flushers() -> Any:

@@ -57,7 +57,22 @@ class Module:
 
 A = "tests/ledger/analyses/"
 ING = "tests/ledger/ingest/"
-R = "tests/ledger/replay/"
+S = "tests/ledger/store/"
+RC = "tests/ledger/record/"
+RP = "tests/ledger/replay/"
+SCALE_IN_PROCESS = (
+    "test_receipts_go_into_shards_and_the_journal", "test_an_old_flat_ledger_is_read_in_place_then_migrated",
+    "test_sync_lists_only_the_shards_that_changed", "test_a_torn_journal_line_loses_nothing_after_it",
+    "test_a_batch_names_a_receipt_whose_rows_disagree_and_indexes_the_others",
+    "test_a_publisher_gives_way_to_a_waiting_reader",
+    "test_publishers_leave_the_index_alone_while_another_publish_is_under_way",
+    "test_a_reader_among_publishers_answers_from_the_index_as_it_is", "test_a_round_the_journal_fills_lists_no_shard",
+    "test_a_publishers_sync_is_bounded_and_the_next_one_finds_the_rest",
+    "test_publish_many_publishes_a_group_as_publish_does_and_all_or_nothing",
+    "test_the_index_takes_a_receipt_by_its_seal_and_refuses_a_forged_one",
+    "test_a_reader_catches_up_in_rounds_and_a_quiet_ledger_fully",
+    "test_threads_index_many_receipts_by_chunks_and_name_the_damaged")
+"""test_scale_layout.py's tests that start no Python child (those that do import ledger there)."""
 MODULES: tuple[Module, ...] = (
     Module("stats", ("ledger/analyses/stats.py",), (A + "test_stats.py", A + "test_exact_stats.py"), 10),
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
@@ -158,8 +173,25 @@ MODULES: tuple[Module, ...] = (
             A + "test_verdict_words.py::test_banners_agree_with_the_rows_they_sum_up")),
     # claims' tests that read a ledger take seconds each (and a replay starts the runner): 2 in 10 a sample
     Module("claims", ("ledger/replay/claims.py",),
-           (R + "test_claims.py::test_claim_sentences", R + "test_claims.py::test_the_words_match_the_numbers",
-            R + "test_claims.py::test_no_claim_without_between_run_evidence", R + "test_claims_figures.py"), 2, 2),
+           (RP + "test_claims.py::test_claim_sentences", RP + "test_claims.py::test_the_words_match_the_numbers",
+            RP + "test_claims.py::test_no_claim_without_between_run_evidence", RP + "test_claims_figures.py"), 2, 2),
+    # store and record (issue 38): in-process tests only (a `ledger` CLI or a `python -c` importing ledger, started
+    # by a test, cannot import a mutated module)
+    Module("integrity", ("ledger/store/integrity.py",),
+           (S + "test_integrity_mutants.py", S + "test_publish_group.py"), 5, 5),
+    Module("index", ("ledger/store/index.py",),
+           (S + "test_index_mutants.py", S + "test_publish_group.py", S + "test_refs.py",
+            S + "test_index_reader.py::test_an_up_to_date_index_is_read_without_writing_it",
+            S + "test_index_reader.py::test_an_index_behind_the_files_or_of_another_version_is_synced",
+            *(S + "test_scale_layout.py::" + t for t in SCALE_IN_PROCESS))),
+    # test_streams.py's first test runs a real `ledger record` at a pseudo-terminal: left out
+    Module("streams", ("ledger/record/streams.py",),
+           (RC + "test_streams_inprocess.py",
+            RC + "test_streams.py::test_a_launch_whose_outputs_are_not_terminals_gets_pipes",
+            RC + "test_streams.py::test_a_terminals_stream_writes_the_launchs_bytes_unchanged"), 5, 5),
+    Module("recover", ("ledger/record/recover.py",), (RC + "test_recover_inprocess.py",), 5, 5),
+    Module("wrapper", ("ledger/record/wrapper.py",), (RC + "test_wrapper_inprocess.py",)),
+    Module("job", ("ledger/record/job.py",), (RC + "test_job_inprocess.py",)),
 )
 
 DIGITS = "0516273849"
