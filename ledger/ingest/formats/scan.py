@@ -390,20 +390,28 @@ class Rows:
         return {"steps": table("steps", cols), "evals": table("evals", ev_cols)}, Derived(derived)
 
 
+def _arrivals(times: npt.NDArray[np.float64], generation: npt.NDArray[np.int64]
+              ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The arrivals of rows in line order: runs of rows with one known time and one generation (the lines of one
+    read). Whether each row's time is known, and the first and last row of each arrival."""
+    n = times.size
+    ok = np.isfinite(times)
+    new = np.ones(n, np.bool_)
+    new[1:] = (times[1:] != times[:-1]) | (generation[1:] != generation[:-1]) | ~ok[1:] | ~ok[:-1]
+    start = np.flatnonzero(new)
+    end = np.r_[start[1:], n] - 1  # last row of each arrival
+    return ok, start, end
+
+
 def spread_arrivals(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
                     generation: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
     """Each row's time: when its line arrived, except that rows whose lines arrived together (one read of a launch
     that buffers its output) are spread evenly by step between the arrival before and theirs, the last at the
     arrival itself. The first arrival, a restart's and rows whose steps do not rise keep the time they arrived."""
     out = np.array(times, dtype=np.float64, copy=True)
-    n = steps.size
-    if n < 2:
+    if steps.size < 2:
         return out
-    ok = np.isfinite(times)
-    new = np.ones(n, np.bool_)
-    new[1:] = (times[1:] != times[:-1]) | (generation[1:] != generation[:-1]) | ~ok[1:] | ~ok[:-1]
-    start = np.flatnonzero(new)
-    end = np.r_[start[1:], n] - 1
+    ok, start, end = _arrivals(times, generation)
     for k in np.flatnonzero(end > start).tolist():  # arrivals of several rows (rare unless buffered)
         a, b = int(start[k]), int(end[k])
         if a == 0 or not ok[a] or generation[a - 1] != generation[a] or not ok[a - 1]:
@@ -426,12 +434,7 @@ def step_times(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
     out = np.full(n, math.nan)
     if n < 2:
         return out
-    ok = np.isfinite(times)
-    # arrivals: runs of rows with one time (and one generation)
-    new = np.ones(n, np.bool_)
-    new[1:] = (times[1:] != times[:-1]) | (generation[1:] != generation[:-1]) | ~ok[1:] | ~ok[:-1]
-    start = np.flatnonzero(new)
-    end = np.r_[start[1:], n] - 1  # last row of each arrival
+    ok, start, end = _arrivals(times, generation)
     t = times[start]
     last_step = steps[end]
     dt = np.full(start.size, math.nan)
@@ -441,7 +444,7 @@ def step_times(steps: npt.NDArray[np.int64], times: npt.NDArray[np.float64],
         same_gen = generation[start[1:]] == generation[end[:-1]]
         good = (rose > 0) & (gap >= 0) & same_gen & np.isfinite(gap)
         dt[1:] = np.where(good, gap / np.where(rose > 0, rose, 1), math.nan)
-    which = np.cumsum(new) - 1
+    which = np.repeat(np.arange(start.size), end - start + 1)  # each row's arrival
     out[:] = dt[which]
     out[~ok] = math.nan
     return out
