@@ -266,8 +266,7 @@ def _differing(obs: Observations, row: Ints, first: Ints, joined: Bools) -> int:
         if name.startswith("@"):
             continue
         a, b = values[at], values[head]
-        with np.errstate(invalid="ignore"):
-            equal = (a == b) | (np.isnan(a) & np.isnan(b))  # one shape printed it twice: equal, or it differs
+        equal = (a == b) | (np.isnan(a) & np.isnan(b))  # one shape printed it twice: equal, or it differs
         check = ~equal & present[at] & present[head]
         if rounded is not None and check.any():  # two shapes: to the precision of the less precise printing
             some = np.flatnonzero(check)

@@ -111,6 +111,14 @@ def test_banners_agree_with_the_rows_they_sum_up() -> None:
                       "this hardware and drivers; the headline rows (tokens/s per device) were judged")
     heads = _evidence_banners([replace(rows[0], verdict="inconclusive", p_value=None, ci=None)])
     assert heads[0].startswith("inconclusive: tokens/s per device had one run per side and no noise floor")
+    # two undecided headlines are named in a list; more than six side rows are cut to six and a count
+    two = _evidence_banners([replace(rows[0], verdict="inconclusive", p_value=None, ci=None),
+                             replace(rows[0], name="loss at matched steps", verdict="inconclusive", p_value=None,
+                                     ci=None)])
+    assert two[0].startswith("inconclusive: tokens/s per device, loss at matched steps had one run per side")
+    side = [replace(rows[1], name=f"m{i}") for i in range(8)]
+    (many,) = _evidence_banners(side)
+    assert many.startswith("8 row(s) outside the headlines are inconclusive (m0, m1, m2, m3, m4, m5 and 2 more): ")
 
 
 # ----------------------------------------------------------------------------------- sample-size hint

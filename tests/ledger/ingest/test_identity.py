@@ -100,6 +100,10 @@ def test_two_shapes_of_one_step_agree_to_the_precision_printed() -> None:
     assert agree(np.array([2.1235]), np.array([2.123456789])).tolist() == [True]
     assert agree(np.array([2.1240]), np.array([2.123456789])).tolist() == [False]
     assert agree(np.array([math.nan]), np.array([math.nan])).tolist() == [True]
+    # without the printed precision: a float's rounding apart (0.1 + 0.2 and 0.3) and two infinities are one figure,
+    # a part in a billion is not
+    exact = agree(np.array([0.1 + 0.2, math.inf, 1.0]), np.array([0.3, math.inf, 1.0 + 1e-9]), rounded=False)
+    assert exact.tolist() == [True, True, False]
     assert decimals(np.array([2.1235, 3.0, 0.5, 1e-7, math.inf])).tolist() == [4, 0, 1, 7, 12]
     text = ("step 1 loss 2.1235\n{'loss': 2.123456789, 'grad_norm': 1.5, 'learning_rate': 0.001, 'epoch': 0.1}\n"
             "step 2 loss 1.9876\n{'loss': 1.98761, 'grad_norm': 1.25, 'learning_rate': 0.001, 'epoch': 0.2}\n")
