@@ -57,8 +57,11 @@ MAX_LINE = 1 << 16
 BLOCK = 1 << 20
 BLOCK_MIN = 1 << 16
 """Blocks of complete lines larger than this are read by templates as columns; smaller ones line by line."""
-_WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter", b"'eval_")
-"""A line is offered to the formats only when it holds one of these (every format's step lines do)."""
+_WORDS = (b"loss", b"Loss", b"LOSS", b"step", b"Step", b"STEP", b"iter", b"Iter", b"'eval_", b"update")
+"""A line is offered to the formats only when it holds one of these. Every format's step lines do, but for the
+key-value counter ``it N`` on a line without a loss (``it 5 lr 0.1``): ``it`` is too common a word to look for.
+``update`` is here for the key-value counters ``update N`` and ``num_updates N`` on lines with no loss
+(``update 5 lr 0.1 grad_norm 1.2``)."""
 _HINT_PATTERN = "|".join(re.escape(w.decode()) for w in _WORDS)
 """The hint words as one pattern (RE2 syntax)."""
 _MEGATRON = re.compile(r"iteration\s+\d+\s*/\s*\d+\s*\|")
@@ -803,8 +806,10 @@ class LineCapture:
             self.trail.add(name, lineno, rows.last_step, parsed.metrics)
 
     def _real_before(self, lineno: int) -> tuple[str, int, int] | None:
-        """The latest line before ``lineno`` that printed a step number: read one by one, or as columns in the block
-        being read (whose lines are read before its other lines)."""
+        """The latest line before ``lineno`` that printed a step number with training metrics: read one by one, or as
+        columns in the block being read (whose lines are read before its other lines). An eval line printed with its
+        own step is not one: evals are placed at steps, they do not start one, so a step-less line after it still
+        joins the training step before it."""
         best = self._real if self._real is not None and self._real[2] < lineno else None
         for fmt, lines, steps in self._block_real:
             i = int(np.searchsorted(lines, lineno)) - 1

@@ -225,6 +225,31 @@ def test_a_step_less_line_inside_a_block_joins_the_step_line_before_it() -> None
     assert [k for k in steps if "grad_norm" in steps[k]] == [3000]
 
 
+def test_an_eval_line_with_its_own_step_does_not_take_the_next_step_less_line() -> None:
+    """A training line (nanoGPT's), an eval line of another shape printed with its own step, then a Trainer-style
+    dict with no step, its loss that of the training line: the dict is the training step's, not the eval's."""
+    c = LineCapture()
+    c.feed(b"iter 10: loss 2.0000, time 50.00ms\nstep 20 val_loss 2.3\n"
+           b"{'loss': 2.0, 'grad_norm': 0.5, 'learning_rate': 0.0001, 'epoch': 0.5}\n")
+    c.close()
+    assert c.rows["nanogpt"].steps == {10: {"loss": 2.0, "step_time_s": 0.05, "grad_norm": 0.5, "lr": 0.0001,
+                                            "epoch": 0.5}}
+    assert c.rows["key-value"].steps == {} and c.rows["key-value"].evals == [(20, "val", "loss", 2.3)]
+
+
+def test_update_counters_without_a_loss_are_offered_and_read() -> None:
+    """``update N`` and ``num_updates N`` lines that print no loss (only a learning rate and a gradient norm) are
+    steps the key-value format reads: the capture must offer them, one by one and in a block read as columns."""
+    few = b"update 5 lr 0.1 grad_norm 1.2\nnum_updates 6 lr 0.05 grad_norm 0.9\n"
+    c = _capture([few])
+    assert c.rows["key-value"].steps == {5: {"lr": 0.1, "grad_norm": 1.2}, 6: {"lr": 0.05, "grad_norm": 0.9}}
+    many = "".join(f"update {k} lr {k / 4096} grad_norm 0.5\n" for k in range(1, 5001)).encode()
+    assert len(many) > 2 * scan.BLOCK_MIN
+    c = _capture([many])
+    steps = c.rows["key-value"].steps
+    assert len(steps) == 5000 and steps[4096] == {"lr": 1.0, "grad_norm": 0.5}
+
+
 def test_lines_with_bytes_that_are_no_utf8_are_still_read() -> None:
     """A process that writes Latin-1 or binary into its output: the line is read, its odd bytes replaced; in a
     line's redraws too."""
