@@ -290,16 +290,16 @@ def sync(
     receipts of the old flat layout, and when the journal was replaced."""
     root = ledger.root
     result = SyncResult()
-    meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+    meta = _meta(con)
     offset = int(meta.get("journal_offset") or 0)
-    stamps: dict[str, int] = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+    stamps = _dir_stamps(con)
     new_stamps = _stamps(root)
     # the journal first: a receipt published after this read is in a shard stamped after it, or next time
     journal_ids, new_offset = journal.read_from(root, offset)
     full = full or journal.size(root) < offset or bool(layout.flat_ids(root))
     if full:
         on_disk = set(ledger.ids())
-        known = _known(con, None)
+        known = _known(con)
         candidates = on_disk - known
         gone = known - on_disk
     else:
@@ -321,7 +321,6 @@ def sync(
             known = known_in[shard]
             candidates |= listed - known
             gone |= known - listed
-        candidates -= _known_of(con, candidates)
     for receipt_id in sorted(gone):
         if not ledger.path(receipt_id).is_dir():
             _delete(con, receipt_id)
@@ -373,8 +372,8 @@ def is_current(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> bool:
     either unchanged since that sync or, when it changed or changed too recently for its stamp to be trusted
     (a receipt published within the last 2 s), listing exactly the ids the index holds for it."""
     try:
-        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
-        stamps = dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+        meta = _meta(con)
+        stamps = _dir_stamps(con)
     except duckdb.Error:  # an index of another version
         return False
     if meta.get("version") != str(INDEX_VERSION) or int(meta.get("journal_offset") or 0) != journal.size(ledger.root):
@@ -398,11 +397,19 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def _known(con: duckdb.DuckDBPyConnection, prefix: str | None) -> set[str]:
-    """Ids in the index (indexed or known damaged), all or those of one shard."""
-    if prefix is None:
-        return {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
-    return _known_in(con, [prefix])[prefix]
+def _meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The index's ``index_meta`` (its layout version, the journal offset of its last sync)."""
+    return dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+
+
+def _dir_stamps(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Each shard directory's mtime as the index's last sync saw it (``index_dirs``)."""
+    return dict(con.execute("SELECT dir, mtime_ns FROM index_dirs").fetchall())
+
+
+def _known(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Every id in the index (indexed or known damaged)."""
+    return {r[0] for r in con.execute("SELECT id FROM receipts UNION ALL SELECT id FROM damaged").fetchall()}
 
 
 def _known_in(con: duckdb.DuckDBPyConnection, shards: list[str]) -> dict[str, set[str]]:
@@ -875,7 +882,7 @@ def _not_indexed(ledger: Ledger, con: duckdb.DuckDBPyConnection) -> int | None:
     """How many receipts the journal lists past the index's offset that the index does not hold (publishers'
     own syncs index some without moving the offset); None for an index of another version."""
     try:
-        meta = dict(con.execute("SELECT key, value FROM index_meta").fetchall())
+        meta = _meta(con)
     except duckdb.Error:
         return None
     if meta.get("version") != str(INDEX_VERSION):

@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ledger.errors import IndexBusy
-from ledger.store import index
+from ledger.store import index, journal
 from ledger.store.publish import publish
 from ledger.store.receipts import Ledger
 from ledger.store.staging import Outcome
@@ -376,9 +378,10 @@ def test_the_schema_of_a_new_index(tmp_path: Path) -> None:
     con.close()
 
 
-def test_the_receipts_arrow_schema_matches_the_table(tmp_path: Path) -> None:
+def test_the_receipts_arrow_schema_matches_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow as pa
 
+    monkeypatch.setattr(index, "_RECEIPTS_ARROW", [])  # built here, not taken from an earlier test's call
     schema = index._receipts_arrow()
     assert schema.names == list(index.RECEIPT_COLUMNS)
     assert schema.field("started_at").type == pa.timestamp("us") and schema.field("seed").type == pa.int64()
@@ -388,6 +391,7 @@ def test_the_receipts_arrow_schema_matches_the_table(tmp_path: Path) -> None:
 
 def test_a_reader_of_a_ledger_that_does_not_exist(tmp_path: Path) -> None:
     lg = Ledger(tmp_path / "none")
+    (tmp_path / "x.csv").write_text("a\n1\n")  # a file there is: only the refusal fails the query
     with index.reader(lg) as con:
         assert _ids(con) == [] and index._version(con) == str(index.INDEX_VERSION)
         with pytest.raises(duckdb.Error):  # closed to the file system
@@ -418,6 +422,7 @@ def test_an_index_held_by_another_process(tmp_path: Path, capsys: pytest.Capture
     with index.writable(lg) as con:
         index.sync(lg, con)
     more = _publish(lg, 1, first=5)
+    (tmp_path / "x.csv").write_text("a\n1\n")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lg.index_path)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
     try:
@@ -516,3 +521,169 @@ def test_a_receipt_in_the_old_flat_layout_makes_the_index_not_current(tmp_path: 
         shutil.copytree(other.path(flat), lg.root / flat)  # <root>/<id>/, as ledgers before the shards kept them
         assert not index.is_current(lg, con)
         assert index.sync(lg, con).added == [flat] and flat in _ids(con)
+
+
+# -- issue 38, second round: what the first full mutation run of index.py left -------------------------------------
+
+def test_a_read_only_index_refuses_outside_files_and_a_writer_of_this_process(tmp_path: Path) -> None:
+    """A reader of an up-to-date index opens it read-only, closed to the file system (a query cannot read a file
+    beside it); while it is open, this process cannot open the index for writing, and is told why."""
+    lg = Ledger(tmp_path / "receipts")
+    _publish(lg, 1)
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    assert duckdb.connect().execute(f"SELECT a FROM read_csv('{tmp_path / 'x.csv'}')").fetchall() == [(1,)]
+    with index.reader(lg) as con:
+        assert con not in index._IN_MEMORY
+        with pytest.raises(duckdb.PermissionException):
+            con.execute(f"SELECT * FROM read_csv('{tmp_path / 'x.csv'}')").fetchall()
+        with pytest.raises(IndexBusy) as err:
+            index._connect(lg.index_path, 1.0)
+    assert str(err.value) == (f"the index {lg.index_path} is open read-only in this process; close the other reader "
+                              "first")
+
+
+def test_routing_rows_and_their_step_summary_are_indexed(tmp_path: Path) -> None:
+    """A run that logged routing: its rows (counts as lists) and the per-step summary of each layer are in the
+    index under the receipt's id."""
+    from ledger.record.inprocess import recording
+
+    lg = Ledger(tmp_path / "receipts")
+    with recording(lg, name="moe") as rec:
+        rec.run.log_step(1, loss=2.0, tokens=8)
+        rec.run.log_routing(1, 0, [5, 3], dropped=[1, 0], capacity=4, entropy=0.75)
+        rec.run.log_routing(2, 0, [4, 4])
+    assert rec.receipt is not None
+    rid = rec.receipt.id
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+        assert con.execute("SELECT receipt_id, step, layer, tokens, dropped, capacity FROM routing ORDER BY step"
+                           ).fetchall() == [(rid, 1, 0, [5, 3], [1, 0], 4), (rid, 2, 0, [4, 4], None, None)]
+        assert con.execute("SELECT receipt_id, step, layer, experts, n_sum, n_max FROM routing_steps ORDER BY step"
+                           ).fetchall() == [(rid, 1, 0, 2, 8, 5), (rid, 2, 0, 2, 8, 4)]
+
+
+def test_a_table_whose_rows_differ_from_its_receipt_is_named_and_nothing_is_inserted(tmp_path: Path) -> None:
+    """The rows a receipt lists for a table are checked against the file before they enter the index: a routing
+    file or a steps file with other counts is named, with both counts, and the whole batch is rolled back."""
+    from dataclasses import replace
+
+    from ledger.errors import LedgerError
+    from ledger.record.inprocess import recording
+    from schemas.tables import STEPS
+
+    lg = Ledger(tmp_path / "receipts")
+    with recording(lg, name="moe") as rec:
+        rec.run.log_step(1, loss=2.0, tokens=8)
+        rec.run.log_step(2, loss=1.5, tokens=16)
+        rec.run.log_routing(1, 0, [5, 3])
+    assert rec.receipt is not None
+    rid = rec.receipt.id
+    ready = index._prepare(lg, rid)
+    assert ready.error is None and ready.tables["routing"][1] == 1 and ready.tables["steps"][1] == 2
+    empty = tmp_path / "steps.parquet"
+    pq.write_table(STEPS.empty_table(), empty)
+    cases = (({"routing": (ready.tables["routing"][0], 5)}, f"routing.parquet of {rid[:12]}: 1 rows, listed as 5"),
+             ({"steps": (ready.tables["steps"][0], 3)}, f"steps.parquet of {rid[:12]}: 2 rows, listed as 3"),
+             ({"steps": (str(empty), 2)}, f"steps.parquet of {rid[:12]}: 0 rows, listed as 2"))
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+        index._delete(con, rid)
+        for tables, message in cases:
+            with pytest.raises(LedgerError) as err:
+                index._insert_batch(con, [replace(ready, tables={**ready.tables, **tables})])
+            assert str(err.value) == message
+            assert _ids(con) == [] and con.execute("SELECT count(*) FROM routing").fetchone() == (0,)
+
+
+def test_an_empty_ledger_is_current_before_its_first_sync(tmp_path: Path) -> None:
+    """Nothing published, an index just made (no journal offset recorded yet): it holds all there is."""
+    lg = Ledger(tmp_path / "receipts")
+    lg.ensure_writable()
+    with index.writable(lg) as con:
+        assert "journal_offset" not in index._meta(con)
+        assert index.is_current(lg, con)
+
+
+def test_syncs_with_a_limit_report_their_progress_from_the_journal_and_from_a_full_listing(tmp_path: Path) -> None:
+    """A bounded sync tells its listener how far it got, whether the journal gave the receipts or a full listing
+    of the ledger did; it adds the latest published first and leaves the rest."""
+    lg = Ledger(tmp_path / "receipts")
+    ids = _publish(lg, 5)
+    for kwargs in ({}, {"full": True}):
+        told: list[tuple[int, int]] = []
+        with index.writable(lg) as con:
+            con.execute("DELETE FROM receipts")
+            con.execute("DELETE FROM steps")
+            con.execute("DELETE FROM index_meta WHERE key = 'journal_offset'")
+            result = index.sync(lg, con, lambda done, total: told.append((done, total)), limit=2, **kwargs)
+            assert sorted(result.added) == sorted(ids[-2:]) and result.left == 3, kwargs
+            assert told and told[-1] == (2, 2), kwargs
+            assert _ids(con) == sorted(ids[-2:])
+
+
+def test_a_shard_directory_removed_whole_leaves_the_index_with_its_receipts_and_its_stamp(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path / "receipts")
+    [rid] = _publish(lg, 1)
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+        assert [r[0] for r in con.execute("SELECT dir FROM index_dirs").fetchall()] == [rid[:2]]
+        shutil.rmtree(lg.root / rid[:2])
+        assert index.sync(lg, con).removed == [rid]
+        assert _ids(con) == [] and con.execute("SELECT * FROM index_dirs").fetchall() == []
+        assert index.is_current(lg, con)
+
+
+def test_a_write_left_in_the_write_ahead_log_makes_the_index_unverified(tmp_path: Path) -> None:
+    """Another program writes the index and leaves its change in the write-ahead log (no checkpoint): the index
+    file itself is as ledger left it, the log beside it is not."""
+    lg = Ledger(tmp_path / "receipts")
+    _publish(lg, 1)
+    with index.writable(lg) as con:
+        index.sync(lg, con)
+    assert index.unverified(lg) is None
+    size = lg.index_path.stat().st_size
+    other = duckdb.connect(str(lg.index_path))
+    other.execute("PRAGMA disable_checkpoint_on_shutdown")
+    other.execute("SET checkpoint_threshold = '1GB'")
+    other.execute("INSERT INTO damaged VALUES ('ff', 'planted')")
+    other.close()
+    assert lg.index_path.stat().st_size == size and lg.index_path.with_name("index.duckdb.wal").exists()
+    assert (index.unverified(lg) or "").startswith("index.duckdb changed after ledger last wrote it (")
+
+
+def test_a_reader_that_cannot_catch_up_with_arriving_receipts_says_how_many_it_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its budget spent and the journal grown since it began: it answers with the rounds it did and says so."""
+    monkeypatch.setattr(index, "READER_SYNC_ROUND", 1)
+    lg = Ledger(tmp_path / "receipts")
+    _publish(lg, 3)
+    told: list[tuple[int, int]] = []
+    with index.writable(lg) as con:
+        left = index._catch_up_rounds(lg, con, time.monotonic() - 1, 0, lambda d, t: told.append((d, t)))
+        assert left == 2 and len(_ids(con)) == 1 and told == [(1, 3)]
+    assert capsys.readouterr().err == ("ledger: 2 receipts published in the last moments are not in this answer yet "
+                                       "(receipts keep arriving; the index is catching up)\n")
+
+
+def test_a_large_ledger_waits_for_a_busy_index_instead_of_reading_every_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Above READER_FALLBACK_MAX receipts (65 bytes a journal line) a reader whose index another process holds
+    waits for it, then catches up and answers from the index; at or below it reads the files (the test above)."""
+    lg = Ledger(tmp_path / "receipts")
+    ids = _publish(lg, 2)
+    assert journal.size(lg.root) == 130  # two lines of 65 bytes: 2 "receipts" by the reader's estimate
+    monkeypatch.setattr(index, "READER_FALLBACK_MAX", 1)
+    monkeypatch.setattr(index, "READER_LONG_WAIT_S", 60.0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lg.index_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    release = threading.Timer(3.0, holder.communicate, args=("\n",), kwargs={"timeout": 30})
+    release.start()
+    try:
+        with index.reader(lg, timeout=0.2) as con:
+            assert con not in index._IN_MEMORY and _ids(con) == sorted(ids)
+    finally:
+        release.join()
+    assert "reading the receipt files directly" not in capsys.readouterr().err
