@@ -190,7 +190,8 @@ MODULES: tuple[Module, ...] = (
             RC + "test_streams.py::test_a_launch_whose_outputs_are_not_terminals_gets_pipes",
             RC + "test_streams.py::test_a_terminals_stream_writes_the_launchs_bytes_unchanged"), 5, 5),
     Module("recover", ("ledger/record/recover.py",), (RC + "test_recover_inprocess.py",), 5, 5),
-    Module("wrapper", ("ledger/record/wrapper.py",), (RC + "test_wrapper_inprocess.py",)),
+    Module("wrapper", ("ledger/record/wrapper.py",),
+           (RC + "test_wrapper_inprocess.py", RC + "test_wrapper_capture_inprocess.py")),
     Module("job", ("ledger/record/job.py",), (RC + "test_job_inprocess.py",)),
 )
 

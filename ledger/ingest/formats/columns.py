@@ -421,11 +421,11 @@ def _words(text: npt.NDArray[np.uint8], shape: Shape) -> tuple[
 
 
 def _commas(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64],
-            stops: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | int:
-    """Commas in each span."""
+            stops: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
+    """Commas in each span (None: no comma in ``text``)."""
     at = np.flatnonzero(text == _COMMA)
     if not len(at):
-        return 0
+        return None
     counts: npt.NDArray[np.int64] = np.searchsorted(at, stops) - np.searchsorted(at, starts)
     return counts
 
@@ -455,7 +455,7 @@ def _strings(text: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], stops: 
     lengths = stops - starts
     chars = _spans(text, starts, stops)
     commas = _commas(text, starts, stops)
-    if not isinstance(commas, int):
+    if commas is not None:
         lengths = lengths - commas
         chars = chars[chars != _COMMA]
     offsets = np.zeros(len(lengths) + 1, np.int64)

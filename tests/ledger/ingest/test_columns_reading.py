@@ -136,6 +136,8 @@ def test_a_template_prepared_as_columns() -> None:
     ("step 3 lr+5", ("step ", " lr+", ""), ((5, 6), (10, 11)), 0, [("lr", 1, 1.0)]),
     ("step 12", ("step ", "", ""), ((5, 6), (6, 7)), 1, []),  # a number right after another
     ("step 12", ("step ", "", ""), ((5, 6), (6, 7)), 0, []),  # a number right before another
+    # right after a number no run holds (`nan`): in a line `x 15` the runs would read 15 as the step
+    ("x nan5", ("x ", "", ""), ((2, 5), (5, 6)), 1, []),
     ("step 3 loss 1.5", ("step ", " loss ", ".5"), ((5, 6), (12, 13)), 0, [("loss", 1, 1.0)]),  # runs see 1.5
 ])
 def test_shapes_read_line_by_line(source: str, pieces: tuple[str, ...], spans: tuple[tuple[int, int], ...],
@@ -240,6 +242,29 @@ def test_nan_in_a_numbers_place_is_read_as_words_or_left_by_the_runs(shape: Shap
     assert (lines, steps, values["loss"][0], values["lr"]) == ([0, 1], [1, 2], 2.5, [0.5, float("inf")])
     assert values["loss"][1] != values["loss"][1]
     assert _read(replace(shape, tokens=None), data) == ([0], [1], {"loss": [2.5], "lr": [0.5]})
+
+
+def test_nan_inside_a_word_with_literal_text_is_read_as_words() -> None:
+    """``loss=nan`` and ``nanms``: the words' reading cuts the literal text off the number's word (before it, after
+    it) and reads ``nan`` as the parsers do; cut at number runs, that line is left to the parsers."""
+    source = "step 3 | loss=2.5 | time 893.5ms"
+    shape = _shape(source, ("step ", " | loss=", " | time ", "ms"), ((5, 6), (14, 17), (25, 30)), 0,
+                   [("loss", 1, 1.0), ("step_time_s", 2, 1e-3)])
+    assert shape.tokens == (7, ((1, 0, 0), (3, 5, 0), (6, 0, 2)))  # `loss=2.5`, word 3; `893.5ms`, word 6
+    data = b"step 1 | loss=0.5 | time 5.5ms\nstep 2 | loss=nan | time nanms\n"
+    lines, steps, values = _read(shape, data)
+    assert (lines, steps, values["loss"][0], values["step_time_s"][0]) == ([0, 1], [1, 2], 0.5, 5.5 / 1000)
+    assert np.isnan(values["loss"][1]) and np.isnan(values["step_time_s"][1])
+    assert _read(replace(shape, tokens=None), data) == ([0], [1], {"loss": [0.5], "step_time_s": [5.5 / 1000]})
+
+
+def test_a_template_with_a_run_of_spaces_is_read_as_words() -> None:
+    """Two spaces between two words of the template's line: cut at single spaces, an empty word between them, in
+    the template's words as in each line's (so ``nan`` is still read as words)."""
+    shape = _shape("step 3  loss 2.5", ("step ", "  loss ", ""), ((5, 6), (13, 16)), 0, [("loss", 1, 1.0)])
+    assert shape.tokens == (5, ((1, 0, 0), (4, 0, 0)))  # step, 3, "", loss, 2.5
+    lines, steps, values = _read(shape, b"step 1  loss 0.5\nstep 2  loss nan\n")
+    assert (lines, steps, values["loss"][0]) == ([0, 1], [1, 2], 0.5) and np.isnan(values["loss"][1])
 
 
 def test_a_step_past_int64_refuses_the_block(shape: Shape) -> None:
