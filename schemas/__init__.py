@@ -103,7 +103,8 @@ _MODULES = {
 __all__ = [
     "CAUSAL_FACTORS", "SCHEMA_VERSION", "TABLES", "Architecture", "Artifact", "Batch", "Capture", "CapturedTable",
     "Code", "Container",
-    "Data", "Drivers", "Factor", "Failure", "Gpu", "Hardware", "ImportSource", "Kernels", "Launch", "Launcher", "Link", "Links",
+    "Data", "Drivers", "Factor", "Failure", "Gpu", "Hardware", "ImportSource", "Kernels", "Launch", "Launcher", "Link",
+    "Links",
     "NodeStack", "Optimizer", "Package", "Parallelism", "Precision", "Problem", "QualityGate", "Receipt", "Router",
     "SchemaVersionError", "Software", "Stack", "Summary", "Task", "Workload", "canonical_json", "content_id",
     "factor_of", "flatten", "is_sealed", "leaves", "migrate", "seal",

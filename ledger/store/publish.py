@@ -76,8 +76,12 @@ def _read_problems(run_dir: Path) -> list[Problem]:
     path = run_dir / PROBLEMS_FILE
     if not path.exists():
         return []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:  # the launch put something else there (a folder): the run is published all the same
+        return [Problem(source=PROBLEMS_FILE, message=f"the notes could not be read ({exc.strerror or exc})")]
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             item = json.loads(line)
             out.append(Problem(source=str(item["source"]), message=str(item["message"])))

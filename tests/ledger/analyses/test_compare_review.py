@@ -133,8 +133,9 @@ def test_replicates_of_one_configuration_identical_or_not_and_a_finding(tmp_path
         "identical: one configuration and bit-identical loss curves; the speed is still tested against the run-to-run "
         "noise: a difference beyond it is a finding about the runs (record fields that differ: name, source)")
     assert data["attribution"] == [] and data["missing_ablations"] == []
-    # one run a side, no floor (r3 and r4 give 1 df): the speed headline is inconclusive, the loss headline (identical curves) judged, and
-    # of the rows outside the headlines only the step times (the loss spikes and non-finite counts are identical)
+    # one run a side, no floor (r3 and r4 give 1 df): the speed headline is inconclusive, the loss headline
+    # (identical curves) judged, and of the rows outside the headlines only the step times (the loss spikes and
+    # non-finite counts are identical)
     assert data["notes"][1:] == [
         "inconclusive: tokens/s per device had one run per side and no noise floor on this hardware and drivers; a "
         "verdict between two configurations needs between-run variance (see next steps)",

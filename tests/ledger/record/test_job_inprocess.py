@@ -370,7 +370,8 @@ def test_a_lost_node_with_several_ranks_and_odd_problems_lines(tmp_path: Path) -
     _node(job, 0, ranks=(0,))
     d1 = _node(job, 1, ranks=(1, 5), ended=False, returncode=None)
     with open(d1 / "problems.jsonl", "wb") as f:
-        f.write(json.dumps({"source": "tee", "message": "cut"}).encode() + b"\n" + b'{"source": "x", "message": "caf\xff"}\n')
+        f.write(json.dumps({"source": "tee", "message": "cut"}).encode() + b"\n"
+                + b'{"source": "x", "message": "caf\xff"}\n')
     _, rid, _ = recover_job(lg, job)
     problems = [(p["source"], p["message"]) for p in _receipt(lg, rid)["problems"]]
     assert ("nodes", "node 1 (node1) lost: its wrapper died before the node ended; kept what it wrote (ranks 1, 5)") \

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.record.wrapper import EXIT_NOT_RECORDED, RecordOptions, RecordResult, record
+from ledger.record.wrapper import RecordOptions, RecordResult, record
 from ledger.store.receipts import Ledger
 
 
@@ -136,8 +136,8 @@ def test_processes_the_launch_left_in_its_group_are_ended_and_named(tmp_path: Pa
 
 def test_a_staging_directory_the_launch_broke_neither_stops_the_wrapper_nor_loses_the_run(tmp_path: Path) -> None:
     """The launch puts folders where the wrapper writes its outcome (exit.json) and the receipt's notes
-    (problems.jsonl), and leaves a process behind (a note to write): the wrapper carries on past both writes, cannot
-    publish (the notes cannot be read), keeps the run and says how to publish it."""
+    (problems.jsonl), and leaves a process behind (a note to write): the wrapper carries on past both writes and
+    publishes the run, its printed step kept, with a note that its notes could not be read."""
     script = ('rm "$LEDGER_RUN_DIR/exit.json"; mkdir "$LEDGER_RUN_DIR/exit.json" "$LEDGER_RUN_DIR/problems.jsonl"; '
               f"sleep 60 > /dev/null 2>&1 & echo $! > {tmp_path}/pid; echo step 1 loss 2")
     try:
@@ -145,9 +145,12 @@ def test_a_staging_directory_the_launch_broke_neither_stops_the_wrapper_nor_lose
     finally:
         with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
             os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
-    assert result.receipt is None and result.exit_code == EXIT_NOT_RECORDED
-    assert result.run_dir.parent == lg.staging and (result.run_dir / "output.log").read_bytes() == b"step 1 loss 2\n"
-    assert err.splitlines()[-1].startswith("ledger: could not publish the receipt (")
+    assert result.receipt is not None and result.exit_code == 0, err
+    assert result.receipt.summary.steps == 1 and result.receipt.summary.final_loss == 2.0
+    assert (lg.path(result.receipt.id) / "output.log").read_bytes() == b"step 1 loss 2\n"
+    notes = [p.message for p in result.receipt.problems if p.source == "problems.jsonl"]
+    assert notes == ["the notes could not be read (Is a directory)"]
+    assert list(lg.staging.iterdir()) == []
 
 
 @pytest.fixture

@@ -228,7 +228,8 @@ def test_the_outcome_is_written_in_place_into_its_reserved_space(tmp_path: Path)
     ino = path.stat().st_ino
     wrapper._fill(path, {"returncode": 3, "forwarded": [15], "ended_at": "2026-12-01T00:00:00+00:00"})
     assert path.stat().st_ino == ino and path.stat().st_size == 512
-    assert json.loads(path.read_bytes()) == {"returncode": 3, "forwarded": [15], "ended_at": "2026-12-01T00:00:00+00:00"}
+    assert json.loads(path.read_bytes()) == {"returncode": 3, "forwarded": [15],
+                                             "ended_at": "2026-12-01T00:00:00+00:00"}
     assert path.read_bytes().startswith(b'{"ended_at": ')  # sorted keys
     exact = {"k": "x" * (512 - len('{"k": ""}'))}
     wrapper._fill(path, exact)
@@ -398,9 +399,9 @@ def test_a_wrapper_killed_at_each_phase_is_published_by_recover(tmp_path: Path, 
         while time.monotonic() < deadline and (  # the launch runs on without its wrapper: until it has ended
                 not done.exists() or process_alive(facts["child_pid"], facts.get("child_start"))):
             time.sleep(0.02)
-    from ledger.store.staging import StagingBusy, acquire_staging_lock
-
     import time
+
+    from ledger.store.staging import StagingBusy, acquire_staging_lock
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # the wrapper's forked output parser may hold its lock a moment longer

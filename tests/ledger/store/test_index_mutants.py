@@ -617,7 +617,8 @@ def test_syncs_with_a_limit_report_their_progress_from_the_journal_and_from_a_fu
             con.execute("DELETE FROM receipts")
             con.execute("DELETE FROM steps")
             con.execute("DELETE FROM index_meta WHERE key = 'journal_offset'")
-            result = index.sync(lg, con, lambda done, total: told.append((done, total)), limit=2, **kwargs)
+            result = index.sync(lg, con, lambda done, total, told=told: told.append((done, total)), limit=2,
+                                **kwargs)
             assert sorted(result.added) == sorted(ids[-2:]) and result.left == 3, kwargs
             assert told and told[-1] == (2, 2), kwargs
             assert _ids(con) == sorted(ids[-2:])

@@ -458,7 +458,8 @@ def test_a_listed_file_around_the_one_read_limit(tmp_path: Path, delta: int) -> 
     assert integrity._file_problem(tmp_path, "big", size, _digest(data)) is None
     assert integrity._file_problem(tmp_path, "big", size, _digest(data[:-1] + b"y")) == \
         "sha256 does not match the listed digest"
-    assert integrity._file_problem(tmp_path, "big", size + 1, _digest(data)) == f"size {size} bytes, listed as {size + 1}"
+    assert integrity._file_problem(tmp_path, "big", size + 1, _digest(data)) == \
+        f"size {size} bytes, listed as {size + 1}"
     assert integrity._file_problem(tmp_path, "nothing", size, _digest(data)) == "missing"
 
 
@@ -478,7 +479,8 @@ def test_a_recorded_digest_is_used_while_the_file_is_as_recorded(tmp_path: Path)
     st_ = log.stat()
     for change in ({"bytes": st_.st_size + 1}, {"bytes": st_.st_size - 1}, {"mtime_ns": st_.st_mtime_ns + 1},
                    {"mtime_ns": st_.st_mtime_ns - 1}, {"sha256": upper}, {"sha256": _digest(LOG)[:63]},
-                   {"sha256": _digest(LOG) + "0"}, {"sha256": "g" * 64}, {"sha256": "X" * 64}, {"sha256": 5}, {"sha256": None},
+                   {"sha256": _digest(LOG) + "0"}, {"sha256": "g" * 64}, {"sha256": "X" * 64}, {"sha256": 5},
+                   {"sha256": None},
                    {"sha256": list(_digest(LOG))}):
         assert recorded_sha256(log, _record(log, **change)) is None, change
     # another process appends to the log: size and time no longer match
