@@ -7,12 +7,13 @@ values are written by hand from the receipts' files."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ledger.errors import BadInput, LedgerError
+from ledger.errors import BadInput, LedgerError, MissingExtra
 from ledger.replay import share
 from ledger.store.receipts import Ledger
 
@@ -243,3 +244,87 @@ def test_a_pulled_receipt_joins_a_shard_folder_that_exists(tmp_path: Path, sourc
     shard.mkdir(parents=True)
     pulled = share.pull(Ledger(there), str(remote))
     assert pulled.moved == [a] and Ledger(there).ids() == [a]
+
+
+INSTALL = "is not installed; install it with: pip install 'stackreceipt[dvc]'"
+
+
+def test_a_missing_backend_is_named_with_the_line_that_installs_it(tmp_path: Path, source: dict[str, str],
+                                                                   clone: Any, make_dvc_repo: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that is not installed (here its import fails: its sys.modules entry is None) is named: s3fs for an
+    s3:// URL, dvc for a DVC remote, dvc-s3 for a DVC remote on S3, each with the line that installs the dvc extra;
+    a backend the extra does not bring (gcsfs, dvc-hdfs) in the words of the library that wanted it (before: every
+    missing backend was called s3fs, or dvc-s3)."""
+    from fsspec.registry import _registry as fsspec_classes
+
+    here = clone(tmp_path / "here", "a")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "s3fs", None)
+        m.delitem(fsspec_classes, "s3", raising=False)  # fsspec's class, once s3fs was imported
+        with pytest.raises(MissingExtra) as info:
+            share.push(Ledger(here), "s3://bucket/team")
+        assert str(info.value) == f"s3fs {INSTALL}"
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "gcsfs", None)
+        with pytest.raises(LedgerError) as info:
+            share.pull(Ledger(here), "gs://bucket/team")
+        text = str(info.value)
+        assert type(info.value) is LedgerError and "gcsfs" in text and "stackreceipt" not in text
+        assert text.startswith("remote gs://bucket/team cannot be opened: ImportError: ")
+        assert text.endswith("; the local ledger is untouched")
+
+    repo = make_dvc_repo(tmp_path / "repo", "s3://bucket/team")
+    inside = clone(repo / "receipts", "a")
+    with monkeypatch.context() as m:
+        for name in ("dvc", "dvc.exceptions", "dvc.repo"):
+            m.setitem(sys.modules, name, None)
+        with pytest.raises(MissingExtra) as info:
+            share.pull(Ledger(inside), None)
+        assert str(info.value) == f"dvc {INSTALL}"
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "dvc_s3", None)
+        for remote in (None, "team"):
+            with pytest.raises(MissingExtra) as info:
+                share.push(Ledger(inside), remote)
+            assert str(info.value) == f"dvc-s3 {INSTALL}"
+
+    hdfs = make_dvc_repo(tmp_path / "hdfs", "hdfs://namenode/team")
+    elsewhere = clone(hdfs / "receipts", "a")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "dvc_hdfs", None)
+        for remote, label in ((None, "(default)"), ("team", "team")):
+            with pytest.raises(LedgerError) as info:
+                share.push(Ledger(elsewhere), remote)
+            text = str(info.value)
+            assert type(info.value) is LedgerError and text.startswith(
+                f"DVC remote {label} cannot be opened: ImportError: ")
+            assert "'dvc-hdfs'" in text and "stackreceipt" not in text and "\n" not in text
+
+
+def test_a_dvc_repository_without_a_default_remote(tmp_path: Path, source: dict[str, str], clone: Any,
+                                                   make_dvc_repo: Any) -> None:
+    repo = make_dvc_repo(tmp_path / "repo", str(tmp_path / "store"))
+    config = repo / ".dvc" / "config"
+    config.write_text(config.read_text().replace("    remote = team\n", ""))
+    here = clone(repo / "receipts", "a")
+    with pytest.raises(BadInput) as info:
+        share.push(Ledger(here))
+    text = str(info.value)
+    assert text.startswith("DVC remote (default): ") and text.endswith("; add one with `dvc remote add -d NAME URL`")
+    assert share.push(Ledger(here), "team").message == "pushed 1 receipt(s) to DVC remote team (0 already there)"
+
+
+def test_a_dvc_remote_on_s3_given_with_a_trailing_slash(tmp_path: Path, s3: Any, source: dict[str, str],
+                                                        clone: Any, make_dvc_repo: Any) -> None:
+    """`dvc remote add -d team s3://bucket/team/`: the keys are team/ids/<id> and team/receipts/<id>/<file>, the
+    same as without the slash (an object store would take team//ids/... for another key)."""
+    a = source["a"]
+    bucket = s3.bucket()
+    repo = make_dvc_repo(tmp_path / "repo", f"s3://{bucket}/team/", s3.endpoint)
+    here = clone(repo / "receipts", "a")
+    assert share.push(Ledger(here)).moved == [a]
+    keys = sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == sorted([f"team/ids/{a}"] + [f"team/receipts/{a}/{name}" for name in _receipt_files(here, a)])
+    pulled = share.pull(Ledger(tmp_path / "there"), f"s3://{bucket}/team")
+    assert pulled.moved == [a] and _receipt_files(tmp_path / "there", a) == _receipt_files(here, a)
