@@ -244,8 +244,10 @@ def _pull_annotations(ledger: Ledger, where: Remote, result: Shared) -> None:
     for rid, name in todo:
         try:
             data = where.fs.cat_file(where.annotation(rid, name))
-        except Exception as exc:
-            raise _fail("pull from", where, exc) from exc
+        except Exception as exc:  # the receipts of this pull are published already: the ledger is not untouched
+            raise LedgerError(f"pull from {where.label} failed: {_first_line(exc)}; {len(result.moved)} receipt(s) "
+                              f"and {result.annotations} note/archive record(s) were pulled before it; the next "
+                              "pull fetches the rest") from exc
         try:
             if hashlib.sha256(data).hexdigest() + ".json" != name or annotation.parse(data).receipt_id != rid:
                 raise BadInput("its bytes do not match its name")
