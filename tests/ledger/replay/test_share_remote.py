@@ -87,7 +87,7 @@ def test_a_push_cut_short_is_finished_by_the_next_and_a_pull_skips_what_is_incom
     gone = "e" * 64
     (remote / "ids" / gone).write_bytes(b"")
     (remote / "receipts" / gone).mkdir()
-    for junk in ("README", "E" * 64, "e" * 63, "e" * 65, f"{'e' * 64}.tmp", f"{'e' * 64}X"):
+    for junk in ("README", "E" * 64, "e" * 63, "e" * 65, f"{'e' * 64}.tmp", f"{'d' * 64}X"):
         (remote / "ids" / junk).write_bytes(b"")
     assert share.remote_ids(share.resolve(Ledger(here), str(remote))) == {a, b, gone}
     late = share.pull(Ledger(tmp_path / "late"), str(remote))
@@ -196,6 +196,7 @@ def test_annotations_on_the_remote_that_are_not_records_are_ignored(tmp_path: Pa
     folder = remote / "annotations" / source["a"]
     (record,) = folder.iterdir()
     (folder / "notes.txt").write_text("x")  # not a record's name
+    (folder / f"{'0' * 64}.json ").write_bytes(record.read_bytes())  # nor this (a space after .json)
     other = remote / "annotations" / ("A" * 64)
     other.mkdir()
     (other / record.name).write_bytes(record.read_bytes())  # not a receipt id
@@ -261,10 +262,11 @@ def test_a_missing_backend_is_named_with_the_line_that_installs_it(tmp_path: Pat
     here = clone(tmp_path / "here", "a")
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "s3fs", None)
-        m.delitem(fsspec_classes, "s3", raising=False)  # fsspec's class, once s3fs was imported
-        with pytest.raises(MissingExtra) as info:
-            share.push(Ledger(here), "s3://bucket/team")
-        assert str(info.value) == f"s3fs {INSTALL}"
+        for protocol in ("s3", "s3a"):
+            m.delitem(fsspec_classes, protocol, raising=False)  # fsspec's class, once s3fs was imported
+            with pytest.raises(MissingExtra) as info:
+                share.push(Ledger(here), f"{protocol}://bucket/team")
+            assert str(info.value) == f"s3fs {INSTALL}"
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "gcsfs", None)
         with pytest.raises(LedgerError) as info:
@@ -411,10 +413,12 @@ def test_a_file_on_the_remote_that_the_receipt_does_not_list(tmp_path: Path, sou
     a = source["a"]
     remote = tmp_path / "remote"
     share.push(Ledger(clone(tmp_path / "here", "a")), str(remote))
-    (remote / "receipts" / a / "notesX").write_text("x")
-    pulled = share.pull(Ledger(tmp_path / "there"), str(remote))
-    assert pulled.moved == [] and pulled.damaged == {a: f"{a[:12]} notesX: not listed in the receipt (added after "
-                                                        "publishing)"}
+    for name in ("notesX", f"{a} "):  # the second named as the receipt's folder, with a space after it
+        (remote / "receipts" / a / name).write_text("x")
+        pulled = share.pull(Ledger(tmp_path / "there"), str(remote))
+        assert pulled.moved == [] and pulled.damaged == {a: f"{a[:12]} {name}: not listed in the receipt (added "
+                                                            "after publishing)"}
+        (remote / "receipts" / a / name).unlink()
 
 
 def test_a_receipt_published_meanwhile_is_left_as_it_is(tmp_path: Path, source: dict[str, str], clone: Any) -> None:
