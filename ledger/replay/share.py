@@ -98,9 +98,9 @@ def resolve(ledger: Ledger, remote: str | None) -> Remote:
 
         try:
             fs, base = url_to_fs(remote)
-        except ImportError as exc:
-            raise MissingExtra("s3fs", "dvc") from exc
-        except Exception as exc:  # an unknown protocol, the backend's own configuration errors
+        except Exception as exc:  # an unknown protocol, a backend not installed, the backend's own configuration
+            if isinstance(exc, ImportError) and remote.startswith(("s3://", "s3a://")):  # the dvc extra brings s3fs
+                raise MissingExtra("s3fs", "dvc") from exc
             raise LedgerError(f"remote {remote} cannot be opened: {_first_line(exc)}; the local ledger is "
                               "untouched") from exc
         return Remote(_local_mkdirs(fs), str(base).rstrip("/"), remote)
@@ -120,12 +120,12 @@ def resolve(ledger: Ledger, remote: str | None) -> Remote:
                 fs = LocalFileSystem()
             else:
                 fs = found.fs.fs  # the fsspec file system under DVC's wrapper (s3fs for s3://)
-    except ImportError as exc:  # dvc-s3 and friends: DVC names the plugin in its own message
-        raise MissingExtra(str(exc.name or "dvc-s3"), "dvc") from exc
     except DvcException as exc:
         raise BadInput(f"DVC remote {remote or '(default)'}: {exc}; add one with `dvc remote add -d NAME URL`") \
             from exc
-    except Exception as exc:  # the backend's own configuration errors (botocore, ...)
+    except Exception as exc:  # a plugin not installed (DVC names it), the backend's own configuration errors
+        if isinstance(exc, ImportError) and "'dvc-s3'" in str(exc):  # the dvc extra brings dvc-s3
+            raise MissingExtra("dvc-s3", "dvc") from exc
         raise LedgerError(f"DVC remote {remote or '(default)'} cannot be opened: {_first_line(exc)}") from exc
     return Remote(_local_mkdirs(fs), base, f"DVC remote {remote}" if remote else "the default DVC remote")
 
@@ -244,8 +244,10 @@ def _pull_annotations(ledger: Ledger, where: Remote, result: Shared) -> None:
     for rid, name in todo:
         try:
             data = where.fs.cat_file(where.annotation(rid, name))
-        except Exception as exc:
-            raise _fail("pull from", where, exc) from exc
+        except Exception as exc:  # the receipts of this pull are published already: the ledger is not untouched
+            raise LedgerError(f"pull from {where.label} failed: {_first_line(exc)}; {len(result.moved)} receipt(s) "
+                              f"and {result.annotations} note/archive record(s) were pulled before it; the next "
+                              "pull fetches the rest") from exc
         try:
             if hashlib.sha256(data).hexdigest() + ".json" != name or annotation.parse(data).receipt_id != rid:
                 raise BadInput("its bytes do not match its name")

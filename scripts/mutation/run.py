@@ -193,6 +193,13 @@ MODULES: tuple[Module, ...] = (
     Module("wrapper", ("ledger/record/wrapper.py",),
            (RC + "test_wrapper_inprocess.py", RC + "test_wrapper_capture_inprocess.py")),
     Module("job", ("ledger/record/job.py",), (RC + "test_job_inprocess.py",)),
+    # replay's export and share (issue 38): in-process tests only (test_export.py and most of test_share.py start
+    # the `ledger` CLI); 2 in 10 a sample
+    Module("export", ("ledger/replay/export.py",), (RP + "test_export_round_trip.py",), 2, 2),
+    Module("share", ("ledger/replay/share.py",),
+           (RP + "test_share.py::test_pull_leaves_out_a_damaged_remote_receipt",
+            RP + "test_share.py::test_notes_and_archive_flags_travel_with_push_and_pull", RP + "test_share_remote.py"),
+           2, 2),
 )
 
 DIGITS = "0516273849"

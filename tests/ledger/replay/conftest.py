@@ -41,6 +41,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
     import logging
 
     from moto.server import ThreadedMotoServer
+    from s3fs import S3FileSystem
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -58,10 +59,14 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
         mp.setenv("AWS_ENDPOINT_URL", endpoint)
         mp.setenv("AWS_CONFIG_FILE", str(empty))
         mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+        # fsspec keeps one s3fs instance per process and arguments: one made against the server of an earlier session
+        # in this process (mutmut runs pytest more than once in a process) would still point at that server
+        S3FileSystem.clear_instance_cache()
         try:
             yield S3(endpoint)
         finally:
             server.stop()
+            S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture

@@ -142,6 +142,45 @@ def test_an_export_reads_back_as_the_index_and_grows_by_the_new_receipts(tmp_pat
     _check_tables(root, dest, fmt)
 
 
+def _download(s3: Any, bucket: str, prefix: str, into: Path) -> list[str]:
+    """Every object under ``prefix`` copied to ``into`` (boto3, not the exporter's file system); their keys (the
+    empty ``.../`` folder markers pyarrow writes left out)."""
+    client = s3.client()
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+                  if not o["Key"].endswith("/"))
+    for key in keys:
+        (into / key).parent.mkdir(parents=True, exist_ok=True)
+        (into / key).write_bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    return keys
+
+
+def test_a_parquet_export_to_s3_lands_in_hive_folders_and_grows(tmp_path: Path, s3: Any, source: dict[str, str],
+                                                                 clone: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object-store destination (moto's S3 server): each table's objects are
+    ``<prefix>/<table>/started_date=<date>/part-<batch>-0.parquet`` (one per table and date), read back they are the
+    index's rows, nothing lands on the local disk, and a second export adds only the new receipt."""
+    monkeypatch.chdir(tmp_path)
+    root = clone(tmp_path / "receipts", "a", "b")
+    bucket = s3.bucket()
+    first = export(Ledger(root), f"s3://{bucket}/lake/", "parquet")
+    assert sorted(first.added) == sorted([source["a"], source["b"]]) and first.already == 0
+    dates = _dates(root)
+    keys = _download(s3, bucket, "lake/", tmp_path / "copy")
+    batch = keys[0].split("/")[-1].split("-")[1]
+    expected = {f"lake/{name}/started_date={dates[rid]}/part-{batch}-0.parquet"
+                for name in (*TABLES, "receipts")
+                for rid in _index(root, name).column("id" if name == "receipts" else "receipt_id").to_pylist()}
+    assert keys == sorted(expected) and len(batch) == 32
+    _check_tables(root, tmp_path / "copy" / "lake", "parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "receipts"]  # nothing written here
+    clone(root, "c")
+    second = export(Ledger(root), f"s3://{bucket}/lake", "parquet")
+    assert (second.added, second.already, second.repaired) == ([source["c"]], 2, 0)
+    assert second.rows["steps"] == 6
+    _download(s3, bucket, "lake/", tmp_path / "copy")
+    _check_tables(root, tmp_path / "copy" / "lake", "parquet")
+
+
 def _killed_export(root: Path, dest: Path, fmt: str) -> None:
     """An export killed once its metric tables are written (a forked child: the code under test stays in force)."""
     pid = os.fork()
