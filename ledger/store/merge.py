@@ -109,12 +109,14 @@ def _contained(path: Path, root: Path, problems: list[Problem]) -> Iterator[None
 
 
 def clean_text(value: str) -> str:
-    """``value`` as valid Unicode: lone surrogates (``"\\ud800"`` in JSON) become U+FFFD, since neither
-    Arrow nor a UTF-8 file can hold them."""
+    """``value`` as valid Unicode: each lone surrogate (``"\\ud800"`` in JSON) becomes one U+FFFD, since
+    neither Arrow nor a UTF-8 file can hold them (a high and low surrogate in a row are the character they code).
+    UTF-16, not UTF-8, is the round trip: its decoder replaces a lone surrogate's two bytes by one U+FFFD, UTF-8's
+    replaced its three by three."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return value
 
 

@@ -85,3 +85,44 @@ def test_peak_memory_is_the_runs_own_never_the_machines() -> None:
     only_nulls = _tables({"step": [1], "rank": [0], "memory_bytes": [None]})
     assert summarize(only_nulls).peak_memory_bytes is None
     assert summarize(_tables({"step": []})).peak_memory_bytes is None
+
+
+def test_steps_out_of_order_after_the_first_are_sorted_and_two_steps_cut_one() -> None:
+    # steps 1, 3, 2: each later step is past the first, yet the log is out of order; the last step is 3
+    s = summarize(_tables({"rank": [0, 0, 0], "step": [1, 3, 2], "tokens": [10, 30, 20], "loss": [3.0, 1.0, 2.0]}))
+    assert (s.steps, s.last_step, s.tokens, s.final_loss) == (3, 3, 30, 1.0)
+    # two steps: the first is warm-up, the median is the second's alone
+    s = summarize(_tables({"rank": [0, 0], "step": [1, 2], "tokens_per_s": [100.0, 300.0],
+                           "step_time_s": [9.0, 0.5]}))
+    assert (s.tokens_per_s, s.step_time_s) == (300.0, 0.5)
+    assert [warmup_cut(n) for n in (0, 1, 2, 3, 19, 20, 31)] == [0, 0, 1, 1, 1, 2, 3]
+
+
+def test_final_evals_are_the_last_finite_value_of_each_split_source_and_metric() -> None:
+    tables = _tables({"step": []})
+    rows = [  # (step, split, source, metric, value), given out of step order
+        (2, "val", None, "loss", 1.5),
+        (1, "val", None, "loss", 2.5),
+        (3, None, None, "accuracy", 0.5),
+        (1, "val", "wiki", "loss", 4.0),
+        (2, "val", "wiki", "loss", math.nan),  # not finite: the earlier value stays the final one
+        (1, "test", "code", "loss", math.inf),  # no finite value at all: no final figure
+    ]
+    columns: dict[str, list[object]] = {f.name: [None] * len(rows) for f in TABLES["evals"]}
+    columns["rank"] = [0] * len(rows)
+    for i, name in enumerate(("step", "split", "source", "metric", "value")):
+        columns[name] = [r[i] for r in rows]
+    tables["evals"] = pa.table(columns, schema=TABLES["evals"])
+    s = summarize(tables)
+    assert s.final_eval == {"val/all/loss": 1.5, "all/all/accuracy": 0.5, "val/wiki/loss": 4.0}
+    assert s.evals == 6 and s.routing_rows == 0
+
+
+def test_energy_is_reported_with_its_method_only_when_finite() -> None:
+    tables = _tables({"step": []})
+    s = summarize(tables, energy_j=3600.0, energy_method="counter")
+    assert (s.energy_j, s.energy_method) == (3600.0, "counter")
+    for bad in (None, math.nan, math.inf):
+        s = summarize(tables, energy_j=bad, energy_method="power-integral")
+        assert (s.energy_j, s.energy_method) == (None, "not measured")
+    assert summarize(tables).energy_method == "not measured"
