@@ -52,4 +52,5 @@ def test_every_mutated_module_and_its_tests_exist() -> None:
     one, two = run.figure(statuses, "0"), run.figure(statuses, "5")
     assert (one["killed"], one["mutants"], one["value"], one["met"]) == (2, 3, 0.6667, False)
     assert one["survivors"] == ["m.x_f__mutmut_20"]
-    assert (two["killed"], two["mutants"], two["no_tests"]) == (1, 2, 1)
+    assert (two["killed"], two["mutants"], two["no_tests"], two["timeouts"]) == (1, 2, 1, 1)
+    assert one["timeouts"] == 0

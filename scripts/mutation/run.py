@@ -245,6 +245,9 @@ def figure(statuses: dict[str, str], ends: str) -> dict[str, object]:
     rate = killed / n if n else 0.0
     return {"value": round(rate, 4), "met": bool(n) and rate >= TARGET, "killed": killed, "mutants": n,
             "no_tests": sum(s == "no tests" for s in chosen.values()),
+            # killed by the timeout: a mutant that loops, or a test that hangs in mutmut's forked runner (as a
+            # publisher's thread pool inherited by the fork once did): many of them call for a look
+            "timeouts": sum(s == "timeout" for s in chosen.values()),
             "sampled": "all" if len(ends) >= 10 else f"{len(ends)} in 10 (mutant numbers ending in {ends})",
             "survivors": sorted(k for k, s in chosen.items() if s in ("survived", "no tests", "suspicious"))}
 
