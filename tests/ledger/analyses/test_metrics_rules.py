@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -384,3 +386,26 @@ def test_each_metric_draws_from_its_own_reproducible_stream() -> None:
     assert np.array_equal(first, Settings().rng("tokens/s per device").random(3))
     assert not np.array_equal(first, Settings().rng("loss @ matched tokens").random(3))
     assert not np.array_equal(first, Settings(seed=1).rng("tokens/s per device").random(3))
+
+
+# ------------------------------------------------------------------------ runs, samples, the floor
+def _runs(*ids: str) -> list[Any]:
+    return [SimpleNamespace(id=i, label=i) for i in ids]
+
+
+def test_one_run_per_side_gets_a_floor_from_the_groups_and_samples_only_then() -> None:
+    """Two replicate groups of 3 (log SDs by hand) give one run per side a t test against the noise floor;
+    within-run samples are used only with one run on each side."""
+    rng = np.random.default_rng(5)
+    value = {"a": 100.0, "b": 130.0, "a2": 101.0, "g1": 100.0, "g2": 104.0, "g3": 98.0, "h1": 50.0, "h2": 51.0,
+             "h3": 49.0}
+    metric = metrics.RunMetric(Spec("tokens/s per device", "throughput", "tokens/s", "higher", 0.05),
+                               lambda run: metrics.Observation(value[run.id], rng.normal(value[run.id], 1, 50)))
+    groups = [_runs("g1", "g2", "g3"), _runs("h1", "h2", "h3")]
+    row = metrics.compare_metric(metric, _runs("a"), _runs("b"), Settings(), groups)
+    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in (np.log([100.0, 104.0, 98.0]), np.log([50.0, 51.0, 49.0])))
+    assert row.test == "t-test (noise floor)" and row.df == 4
+    assert row.sd == pytest.approx(math.sqrt(ss / 4))
+    assert row.ci_a is not None and row.ci_b is not None
+    two = metrics.compare_metric(metric, _runs("a", "a2"), _runs("b"), Settings(), groups)
+    assert two.ci_a is None and two.ci_b is None
