@@ -78,7 +78,7 @@ MODULES: tuple[Module, ...] = (
     Module("verdicts", ("ledger/analyses/metrics.py", "ledger/analyses/builtin_metrics.py",
                         "ledger/analyses/evidence.py"),
            (A + "test_evidence.py", A + "test_compare_units.py", A + "test_metrics_mutants.py",
-            A + "test_evidence_mutants.py", A + "test_builtin_metric_rows.py"), 3),
+            A + "test_evidence_mutants.py", A + "test_builtin_metric_rows.py", A + "test_metrics_rules.py"), 3),
     Module("attribution", ("ledger/analyses/attribution.py",),
            (A + "test_attribution.py", A + "test_exact_attribution.py", A + "test_attribution_mutants.py"), 5),
     Module("goodput", ("ledger/analyses/goodput.py",),
