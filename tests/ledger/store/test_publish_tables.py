@@ -475,3 +475,78 @@ def test_ensure_writable_makes_staging_and_leaves_no_probe(tmp_path: Path) -> No
     blocked.root.write_text("a file")
     with pytest.raises(LedgerNotWritable, match="not writable"):
         blocked.ensure_writable()
+
+
+# --- notes, the workload and the stack read without a list of the ranks ----------------------------------------
+
+
+def test_notes_that_cannot_be_read_and_a_long_unreadable_note(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    (run / "problems.jsonl").mkdir(parents=True)
+    assert [(p.source, p.message) for p in P._read_problems(run)] == [
+        ("problems.jsonl", "the notes could not be read (Is a directory)")]
+    (run / "problems.jsonl").rmdir()
+    (run / "problems.jsonl").write_text("x" * 250 + "\n")
+    assert [(p.source, p.message) for p in P._read_problems(run)] == [
+        ("problems.jsonl", "unreadable note: " + "x" * 200)]
+
+
+def test_the_workload_and_the_stack_list_the_ranks_when_not_given(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    r0 = run / "rank-00000"
+    r0.mkdir(parents=True)
+    (r0 / "workload.json").write_text(json.dumps({"seed": 5}))
+    assert P._reported_workload(run, [], redact).seed == 5
+    problems: list[Any] = []
+    (r0 / "workload.json").write_text(json.dumps({"batch": {"global_batch": "many"}}))
+    assert P._reported_workload(run, problems, redact) == P.Workload()
+    assert len(problems) == 1 and problems[0].source == "rank-00000/workload.json"
+    assert problems[0].message.startswith("field batch.global_batch: ")
+    calls: list[Any] = []
+
+    def merge(stack: Any, facts: dict[int, dict[str, Any]]) -> tuple[Any, list[str]]:
+        calls.append(facts)
+        return stack, ["merged"]
+
+    P._stack(run, [], redact, merge)
+    assert calls == []  # no rank wrote runtime facts: nothing to merge
+    (r0 / "runtime.json").write_text(json.dumps({"torch": "2.13"}))
+    problems = []
+    P._stack(run, problems, redact, merge)
+    assert calls == [{0: {"torch": "2.13"}}] and ("runtime.json", "merged") in [(p.source, p.message)
+                                                                                for p in problems]
+
+
+def test_a_log_is_copied_where_links_are_refused_and_a_mark_replaces_the_locks_content(
+    tmp_path: Path, monkeypatch: Any,
+) -> None:
+    src, dst = tmp_path / "a.log", tmp_path / "b.log"
+    src.write_bytes(b"line\n")
+
+    def refuse(*args: Any) -> None:
+        raise OSError("no links here")
+
+    monkeypatch.setattr(P.os, "link", refuse)
+    assert P._link_or_copy(src, dst) == dst
+    assert dst.read_bytes() == b"line\n" and dst.stat().st_ino != src.stat().st_ino
+    monkeypatch.undo()
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "lock").write_text("x" * 100)  # longer than an id: the mark truncates it
+    P._mark_all([(run, ID)])
+    assert (run / "lock").read_text() == ID
+    (run / "lock").unlink()
+    (run / "lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        P._mark_all([(run, ID)])  # never written through a link
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_an_empty_sdk_error_log_says_why_it_may_be_empty(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path)
+    run = _staging(lg, "e")
+    (run / "rank-00000").mkdir()
+    (run / "rank-00000" / "sdk_errors.log").write_text("\n  \n")
+    r = P.publish(lg, run, Outcome("succeeded", exit_code=0, ended_at=ENDED), redact=redact)
+    assert ("rank-00000/sdk_errors.log", "the SDK failed to write some rows and could not say why (its error log is "
+            "empty: the disk was full, or not writable)") in [(p.source, p.message) for p in r.problems]
