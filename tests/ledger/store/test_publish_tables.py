@@ -550,3 +550,17 @@ def test_an_empty_sdk_error_log_says_why_it_may_be_empty(tmp_path: Path) -> None
     r = P.publish(lg, run, Outcome("succeeded", exit_code=0, ended_at=ENDED), redact=redact)
     assert ("rank-00000/sdk_errors.log", "the SDK failed to write some rows and could not say why (its error log is "
             "empty: the disk was full, or not writable)") in [(p.source, p.message) for p in r.problems]
+
+
+def test_a_group_with_a_run_published_already_publishes_the_others(tmp_path: Path) -> None:
+    lg = Ledger(tmp_path)
+    first = P.publish(lg, _staging(lg, "a", run_uuid="ua"), Outcome("succeeded", exit_code=0, ended_at=ENDED),
+                      redact=redact)
+    again = lg.staging / "a"  # a publisher died after the rename: recover finds the mark
+    again.mkdir()
+    (again / "lock").write_text(first.id)
+    new = _staging(lg, "b", run_uuid="ub")
+    out = P.publish_many(lg, [(again, Outcome("succeeded", exit_code=0)),
+                              (new, Outcome("succeeded", exit_code=0, ended_at=ENDED))], redact=redact)
+    assert out[0] == first and out[1].run_uuid == "ub" and lg.path(out[1].id).is_dir()
+    assert not again.exists() and not new.exists() and sorted(lg.ids()) == sorted([first.id, out[1].id])
