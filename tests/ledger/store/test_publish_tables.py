@@ -564,3 +564,13 @@ def test_a_group_with_a_run_published_already_publishes_the_others(tmp_path: Pat
                               (new, Outcome("succeeded", exit_code=0, ended_at=ENDED))], redact=redact)
     assert out[0] == first and out[1].run_uuid == "ub" and lg.path(out[1].id).is_dir()
     assert not again.exists() and not new.exists() and sorted(lg.ids()) == sorted([first.id, out[1].id])
+
+
+def test_a_table_of_exactly_the_limit_is_written_uncompressed(tmp_path: Path) -> None:
+    table = pa.table({"step": pa.array(range(512), pa.int64())})
+    assert table.nbytes == 4096 == P.UNCOMPRESSED_BYTES  # 512 values of 8 bytes, no validity bitmap
+    P.write_parquet(table, tmp_path / "t.parquet")
+    assert _columns(tmp_path / "t.parquet")["step"].compression == "UNCOMPRESSED"
+    bigger = pa.table({"step": pa.array(range(513), pa.int64())})
+    P.write_parquet(bigger, tmp_path / "u.parquet")
+    assert _columns(tmp_path / "u.parquet")["step"].compression == "ZSTD"
