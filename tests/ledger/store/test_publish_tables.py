@@ -574,3 +574,15 @@ def test_a_table_of_exactly_the_limit_is_written_uncompressed(tmp_path: Path) ->
     bigger = pa.table({"step": pa.array(range(513), pa.int64())})
     P.write_parquet(bigger, tmp_path / "u.parquet")
     assert _columns(tmp_path / "u.parquet")["step"].compression == "ZSTD"
+
+
+def test_a_receipt_json_nested_past_64_levels_is_refused_by_name(tmp_path: Path) -> None:
+    from ledger.errors import InvalidReceipt
+    from ledger.store.receipts import read_receipt_json
+
+    path = tmp_path / "receipt.json"
+    path.write_text(json.dumps({"a": "x", "deep": json.loads("[" * 63 + "]" * 63)}))
+    assert read_receipt_json(path, ID)["a"] == "x"  # 64 levels: the object and 63 lists
+    path.write_text(json.dumps({"deep": json.loads("[" * 64 + "]" * 64)}))
+    with pytest.raises(InvalidReceipt, match=r"receipt.json: nested too deeply to be a receipt \(more than 64 lev"):
+        read_receipt_json(path, ID)
