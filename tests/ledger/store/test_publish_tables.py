@@ -465,11 +465,13 @@ def test_too_deep_counts_objects_and_lists() -> None:
 def test_ensure_writable_makes_staging_and_leaves_no_probe(tmp_path: Path) -> None:
     lg = Ledger(tmp_path / "l")
     lg.ensure_writable()
+    lg.ensure_writable()  # again: the staging directory exists already
     assert lg.staging.is_dir() and sorted(p.name for p in lg.root.iterdir()) == [lg.staging.name]
     other = Ledger(tmp_path / "m")
     other.root.mkdir()
     other.staging.symlink_to(tmp_path)
-    with pytest.raises(LedgerNotWritable, match="symbolic link"):
+    with pytest.raises(LedgerNotWritable, match=r"symbolic link; ledger never stages runs through one: remove it "
+                                                r"\(it is made again as a directory\)"):
         other.ensure_writable()
     blocked = Ledger(tmp_path / "f")
     blocked.root.write_text("a file")
@@ -540,6 +542,12 @@ def test_a_log_is_copied_where_links_are_refused_and_a_mark_replaces_the_locks_c
     with pytest.raises(OSError):
         P._mark_all([(run, ID)])  # never written through a link
     assert not (tmp_path / "elsewhere").exists()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    P._mark_all([(fresh, ID)])  # no lock file yet: created readable by all, writable by its owner
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh / "lock").stat().st_mode & 0o777 == 0o644 & ~umask
 
 
 def test_an_empty_sdk_error_log_says_why_it_may_be_empty(tmp_path: Path) -> None:
