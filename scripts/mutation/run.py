@@ -92,7 +92,7 @@ MODULES: tuple[Module, ...] = (
             "tests/ledger/record/test_redact_mutants.py", "tests/ledger/record/test_redact_stream.py"), 5),
     Module("publish", ("ledger/store/publish.py", "ledger/store/receipts.py"),
            ("tests/ledger/store/test_stored_columns.py", "tests/ledger/store/test_publish_mutants.py",
-            "tests/ledger/store/test_receipts_mutants.py"), 5),
+            "tests/ledger/store/test_receipts_mutants.py", "tests/ledger/store/test_publish_tables.py"), 5),
     Module("mlperf", ("ledger/ingest/mlperf.py",),
            ("tests/ledger/ingest/test_mlperf.py", "tests/ledger/ingest/test_mlperf_exact.py",
             "tests/ledger/ingest/test_mlperf_mutants.py"), 3),
