@@ -57,6 +57,9 @@ def test_migration_moves_flat_receipts_into_their_shards(tmp_path: Path) -> None
     (tmp_path / A).mkdir()  # the same receipt again in the flat layout, already in its shard (non-empty)
     (tmp_path / "ab" / A / "f").write_text("x")
     assert lg.migrate_layout() == [] and (tmp_path / A).is_dir()
+    c = "ff" + "1" * 62  # a receipt after it in the flat layout is still moved
+    (tmp_path / c).mkdir()
+    assert lg.migrate_layout() == [c] and (tmp_path / A).is_dir() and (tmp_path / "ff" / c).is_dir()
 
 
 def test_a_migration_that_cannot_rename_raises(tmp_path: Path) -> None:
@@ -105,6 +108,11 @@ def test_each_damaged_receipt_json_has_its_message(tmp_path: Path) -> None:
         Receipt.model_validate(json.loads(path.read_text()))
     assert direct.value.error_count() == 1
     assert str(one.value) == f"{path}: field status: {direct.value.errors()[0]['msg']}"  # no "(and N more)"
+    summary = json.loads(good)["summary"]
+    path.write_text(json.dumps({**json.loads(good), "summary": {**summary, "steps": "many"}}))
+    with pytest.raises(InvalidReceipt) as nested:  # a nested field is named by its dotted path
+        lg.load(r.id)
+    assert str(nested.value).startswith(f"{path}: field summary.steps: ")
     path.write_text(json.dumps({**json.loads(good), "status": "exploded", "attempt": "x", "exit_code": "y"}))
     with pytest.raises(InvalidReceipt, match=r"\(and 2 more\)$"):
         lg.load(r.id)
