@@ -7,6 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+CAUSAL = ["code", "software", "kernels", "drivers", "container", "hardware", "parallelism", "precision", "router",
+          "architecture", "hyperparameters", "arguments", "task", "data", "seed", "scale"]
+"""The causal factors in the order DESIGN.md lists them, written out here (not read from the code under test)."""
+
 
 def ids_in(ledger_dir: Path) -> list[str]:
     """Ids of the receipt directories in a ledger, in either layout (``<id[:2]>/<id>`` or the old ``<id>``),
@@ -77,3 +81,27 @@ def failed_receipt(root: Path, tmp: Path, text: str = "") -> str:
         return staged.amend(r, tables).model_copy(update={"status": "failed", "exit_code": 1, "failure": failure})
 
     return publish(store, staged.run_dir, Outcome(status="failed", exit_code=1), amend=amend).id
+
+
+def golden_run(ledger: Any, tmp: Path, name: str, seed: int, algo: str = "Ring", seconds: float = 1.0,
+               gpu: str = "a100", experts: int = 8, loss: float = 0.0, tags: dict[str, str] | None = None) -> str:
+    """Import a Megatron golden-values run of 30 steps (``ingest_golden``) and return its receipt id: NCCL algorithm,
+    seed, GPU and experts in its model_config.yaml; loss ``4 - step/100 + loss``; iteration time ``seconds`` with a
+    fixed ripple of up to 4%."""
+    from ledger.ingest.api import ingest_golden
+
+    folder = tmp / name
+    folder.mkdir()
+    config = folder / "model_config.yaml"
+    config.write_text(f"ENV_VARS:\n  NCCL_ALGO: {algo}\nMODEL_ARGS:\n  --seed: {seed}\n  --num-experts: {experts}\n"
+                      "  --moe-router-topk: 2\n  --seq-length: 128\n  --global-batch-size: 4\n")
+    n = 30
+    values = folder / f"golden_values_dev_dgx_{gpu}.json"
+    values.write_text(json.dumps({
+        "lm loss": {"start_step": 1, "end_step": n, "step_interval": 1,
+                    "values": {str(s): 4.0 - s / 100 + loss for s in range(1, n + 1)}},
+        "iteration-time": {"start_step": 1, "end_step": n, "step_interval": 1,
+                           "values": {str(s): seconds * (1 + 0.01 * (s * 7 % 5)) for s in range(1, n + 1)}}}))
+    imported = ingest_golden(ledger, values, config, name=name, tags=tags)
+    assert imported.receipt is not None
+    return imported.receipt.id

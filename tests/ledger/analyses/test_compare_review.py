@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import golden_run
 from scipy import stats
 
 from ledger.analyses.compare import CompareOptions, Ref, compare, to_json
@@ -27,25 +28,6 @@ SLOW = (1.0, 1.1, 0.95)
 """The replicates' step-time factors (seconds per step before the per-step pattern)."""
 THROUGHPUT = "tokens/s per device"
 TOKENS_PER_STEP = 128 * 4
-
-
-def _golden(ledger: Ledger, tmp: Path, name: str, seed: int, algo: str = "Ring", seconds: float = 1.0,
-            gpu: str = "a100", experts: int = 8, loss: float = 0.0, tags: dict[str, str] | None = None) -> str:
-    folder = tmp / name
-    folder.mkdir()
-    config = folder / "model_config.yaml"
-    config.write_text(f"ENV_VARS:\n  NCCL_ALGO: {algo}\nMODEL_ARGS:\n  --seed: {seed}\n  --num-experts: {experts}\n"
-                      "  --moe-router-topk: 2\n  --seq-length: 128\n  --global-batch-size: 4\n")
-    n = 30
-    values = folder / f"golden_values_dev_dgx_{gpu}.json"
-    values.write_text(json.dumps({
-        "lm loss": {"start_step": 1, "end_step": n, "step_interval": 1,
-                    "values": {str(s): 4.0 - s / 100 + loss for s in range(1, n + 1)}},
-        "iteration-time": {"start_step": 1, "end_step": n, "step_interval": 1,
-                           "values": {str(s): seconds * (1 + 0.01 * (s * 7 % 5)) for s in range(1, n + 1)}}}))
-    imported = ingest_golden(ledger, values, config, name=name, tags=tags)
-    assert imported.receipt is not None
-    return imported.receipt.id
 
 
 def _compare(ledger: Ledger, a: Ref, b: Ref, **options: object) -> tuple[object, dict]:
@@ -71,8 +53,8 @@ def _t_interval(log_a: np.ndarray, log_b: np.ndarray) -> tuple[float, float, flo
 def test_one_run_each_joined_by_its_replicates(tmp_path: Path) -> None:
     """a1..a3 (ring) and b1..b3 (tree) are replicates of two configurations; b_i takes half a_i's time."""
     ledger = Ledger(tmp_path / "receipts")
-    a = [_golden(ledger, tmp_path, f"a{i}", i, "Ring", s) for i, s in enumerate(SLOW, 1)]
-    b = [_golden(ledger, tmp_path, f"b{i}", i, "Tree", s / 2) for i, s in enumerate(SLOW, 1)]
+    a = [golden_run(ledger, tmp_path, f"a{i}", i, "Ring", s) for i, s in enumerate(SLOW, 1)]
+    b = [golden_run(ledger, tmp_path, f"b{i}", i, "Tree", s / 2) for i, s in enumerate(SLOW, 1)]
     result, data = _compare(ledger, Ref("a1"), Ref("b1"))
     assert data["a"] == {"spec": "a1", "group": False, "ids": [a[0], *sorted(a[1:])], "names":
                          ["a1", *(["a2", "a3"] if a[1] < a[2] else ["a3", "a2"])]}
@@ -120,11 +102,11 @@ def test_one_run_each_joined_by_its_replicates(tmp_path: Path) -> None:
 
 def test_replicates_of_one_configuration_identical_or_not_and_a_finding(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "receipts")
-    r1 = _golden(ledger, tmp_path, "r1", 1)
-    r2 = _golden(ledger, tmp_path, "r2", 2, seconds=1.1)
-    r3 = _golden(ledger, tmp_path, "r3", 3, loss=0.01)
-    r4 = _golden(ledger, tmp_path, "r4", 1, seconds=0.9, loss=0.02)  # the same seed too
-    _golden(ledger, tmp_path, "other", 1, "Tree")
+    r1 = golden_run(ledger, tmp_path, "r1", 1)
+    r2 = golden_run(ledger, tmp_path, "r2", 2, seconds=1.1)
+    r3 = golden_run(ledger, tmp_path, "r3", 3, loss=0.01)
+    r4 = golden_run(ledger, tmp_path, "r4", 1, seconds=0.9, loss=0.02)  # the same seed too
+    golden_run(ledger, tmp_path, "other", 1, "Tree")
     result, data = _compare(ledger, Ref("r1"), Ref("r2"))
     assert (data["same_config"], data["identical"]) == (True, True)
     assert data["replicates"] == {} and data["b"]["ids"] == [r2]  # no replicate joins either side
@@ -155,11 +137,17 @@ def test_replicates_of_one_configuration_identical_or_not_and_a_finding(tmp_path
     assert r3 and r4
 
 
-def test_two_groups_of_one_configuration_that_differ_are_a_finding(tmp_path: Path) -> None:
+def _two_nodes(tmp_path: Path) -> Ledger:
+    """Three runs of one configuration on node n1 (tagged node=n1) and three on n2 taking half their time."""
     ledger = Ledger(tmp_path / "receipts")
     for i, s in enumerate(SLOW, 1):
-        _golden(ledger, tmp_path, f"slow{i}", i, seconds=s, tags={"node": "n1"})
-        _golden(ledger, tmp_path, f"fast{i}", i + 3, seconds=s / 2, tags={"node": "n2"})
+        golden_run(ledger, tmp_path, f"slow{i}", i, seconds=s, tags={"node": "n1"})
+        golden_run(ledger, tmp_path, f"fast{i}", i + 3, seconds=s / 2, tags={"node": "n2"})
+    return ledger
+
+
+def test_two_groups_of_one_configuration_that_differ_are_a_finding(tmp_path: Path) -> None:
+    ledger = _two_nodes(tmp_path)
     result, data = _compare(ledger, Ref(group="node=n1"), Ref(group="node=n2"))
     assert data["same_config"] and not data["identical"] and data["changed_factors"] == []  # the seed is ignored
     assert data["a"]["group"] and data["a"]["spec"] == "--group node=n1" and len(data["a"]["ids"]) == 3
@@ -177,9 +165,9 @@ def test_two_groups_of_one_configuration_that_differ_are_a_finding(tmp_path: Pat
 
 def test_a_task_change_is_refused_unless_allowed_and_confounded_factors_are_named(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "receipts")
-    _golden(ledger, tmp_path, "base", 1)
-    _golden(ledger, tmp_path, "more", 1, experts=16)
-    _golden(ledger, tmp_path, "both", 1, "Tree", 0.5, gpu="h100")
+    golden_run(ledger, tmp_path, "base", 1)
+    golden_run(ledger, tmp_path, "more", 1, experts=16)
+    golden_run(ledger, tmp_path, "both", 1, "Tree", 0.5, gpu="h100")
     with pytest.raises(TaskMismatch, match=r"workload\.model\.num_experts: 8 -> 16"):
         _compare(ledger, Ref("base"), Ref("more"))
     _, data = _compare(ledger, Ref("base"), Ref("more"), allow_task_change=True)
@@ -235,8 +223,8 @@ def test_the_json_keys_the_progress_and_a_noise_floor_from_other_replicate_group
     ledger = Ledger(tmp_path / "receipts")
     slow = (*SLOW, 1.05)
     for i, s in enumerate(slow, 1):
-        _golden(ledger, tmp_path, f"a{i}", i, "Ring", s)
-        _golden(ledger, tmp_path, f"b{i}", i, "Tree", s / 2)
+        golden_run(ledger, tmp_path, f"a{i}", i, "Ring", s)
+        golden_run(ledger, tmp_path, f"b{i}", i, "Tree", s / 2)
     shown = _Shown()
     with progress.listening(shown):
         result, data = _compare(ledger, Ref("a1"), Ref("b1"), replicates=False)
@@ -268,8 +256,8 @@ def test_the_json_keys_the_progress_and_a_noise_floor_from_other_replicate_group
 def test_a_confounded_set_in_the_json(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "receipts")
     for i, s in enumerate(SLOW, 1):
-        _golden(ledger, tmp_path, f"base{i}", i, seconds=s)
-        _golden(ledger, tmp_path, f"both{i}", i, "Tree", s / 2, gpu="h100")
+        golden_run(ledger, tmp_path, f"base{i}", i, seconds=s)
+        golden_run(ledger, tmp_path, f"both{i}", i, "Tree", s / 2, gpu="h100")
     _, data = _compare(ledger, Ref("base1"), Ref("both1"))
     (confounded,) = data["confounded"]
     assert list(confounded) == ["factors", "message", "shares"]
@@ -289,7 +277,7 @@ def test_two_runs_of_one_configuration_with_nothing_else_apart(tmp_path: Path) -
     ledger = Ledger(tmp_path / "receipts")
     for folder, seed in (("one", 1), ("two", 2)):
         (tmp_path / folder).mkdir()
-        _golden(ledger, tmp_path / folder, "same", seed)
+        golden_run(ledger, tmp_path / folder, "same", seed)
     ids = ledger.ids()
     assert len(ids) == 2
     _, data = _compare(ledger, Ref(ids[0]), Ref(ids[1]))
@@ -301,7 +289,7 @@ def test_two_runs_of_one_configuration_with_nothing_else_apart(tmp_path: Path) -
     # the same losses over 30 steps and over 31
     longer = tmp_path / "three"
     longer.mkdir()
-    rid = _golden(ledger, longer, "longer", 3)
+    rid = golden_run(ledger, longer, "longer", 3)
     values = longer / "longer" / "golden_values_dev_dgx_a100.json"
     extended = json.loads(values.read_text())
     for series in extended.values():
@@ -321,10 +309,7 @@ def test_two_runs_of_one_configuration_with_nothing_else_apart(tmp_path: Path) -
 
 
 def test_a_finding_when_the_first_group_is_the_faster(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / "receipts")
-    for i, s in enumerate(SLOW, 1):
-        _golden(ledger, tmp_path, f"slow{i}", i, seconds=s, tags={"node": "n1"})
-        _golden(ledger, tmp_path, f"fast{i}", i + 3, seconds=s / 2, tags={"node": "n2"})
+    ledger = _two_nodes(tmp_path)
     _, data = _compare(ledger, Ref(group="node=n2"), Ref(group="node=n1"))
     assert _row(data, THROUGHPUT)["verdict"] == "worse"
     found = [r["name"] for r in data["metrics"] if r["verdict"] in ("better", "worse", "higher", "lower")]

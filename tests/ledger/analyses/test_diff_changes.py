@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 import pytest
+from helpers import CAUSAL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,10 +26,6 @@ from ledger.analyses.diff import (
     summarize_change,
 )
 from schemas.receipt import Receipt
-
-CAUSAL = ["code", "software", "kernels", "drivers", "container", "hardware", "parallelism", "precision", "router",
-          "architecture", "hyperparameters", "arguments", "task", "data", "seed", "scale"]
-"""The causal factors in the order DESIGN.md lists them (the order of ``changed`` and ``unchanged``)."""
 
 LAUNCH = [
     "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",

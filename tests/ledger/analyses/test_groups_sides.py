@@ -10,6 +10,7 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
+from helpers import CAUSAL
 
 from ledger.analyses.groups import (
     Catalog,
@@ -28,9 +29,6 @@ from ledger.errors import BadInput
 from ledger.ingest.api import ingest_golden
 from ledger.store import index
 from ledger.store.receipts import Ledger
-
-CAUSAL = ["code", "software", "kernels", "drivers", "container", "hardware", "parallelism", "precision", "router",
-          "architecture", "hyperparameters", "arguments", "task", "data", "seed", "scale"]
 
 
 def _ingest(ledger: Ledger, tmp: Path, name: str, gpu: str, seed: int, lr: float, env: dict[str, str],

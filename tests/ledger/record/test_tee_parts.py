@@ -474,6 +474,13 @@ def _start(tmp_path: Path, consumer=None) -> tuple[Tee, int, int, io.BytesIO]:
     return tee, out_w, err_w, terminal
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to a pipe, however many writes it takes (a full pipe takes part of it each time)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _until(condition, what: str) -> None:
     deadline = time.monotonic() + 30
     while not condition():
@@ -512,9 +519,7 @@ def _enlarge_and_shorten(tmp_path: Path) -> None:
 def test_a_line_of_exactly_max_line_bytes_is_one_piece_and_the_next_line_its_own(tmp_path: Path) -> None:
     tee, out_w, err_w, _ = _start(tmp_path)
     data = b"x" * MAX_LINE
-    view = memoryview(data)
-    while view:
-        view = view[os.write(out_w, view):]
+    _write_all(out_w, data)
     _until(lambda: tee.read_bytes == MAX_LINE, "the pump read the long line")
     os.write(out_w, b"y\n")
     os.close(out_w)
@@ -528,9 +533,7 @@ def test_a_line_longer_than_a_batch_reaches_the_consumer_whole(tmp_path: Path) -
     tee, out_w, err_w, terminal = _start(tmp_path, consumer=seen.append)
     line = b"".join(b"%07d " % i for i in range(75_000)) + b"\n"  # 600 kB: two and a half batches
     os.write(out_w, b"first\n")
-    view = memoryview(line + b"next\n")
-    while view:
-        view = view[os.write(out_w, view):]
+    _write_all(out_w, line + b"next\n")
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(NO_GROUP) == []
@@ -685,9 +688,7 @@ def test_a_line_read_in_pieces_past_max_line_is_cut_at_max_line_once(tmp_path: P
     tee, out_w, err_w, terminal = _start(tmp_path)
     first, second = b"a" * (MAX_LINE - 1), b"b" * MAX_LINE
     for data, total in ((first, MAX_LINE - 1), (second, 2 * MAX_LINE - 1)):
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out_w, view):]
+        _write_all(out_w, data)
         _until(lambda total=total: tee.read_bytes == total, "the pump read the piece")
     os.write(out_w, b"\nend\n")
     os.close(out_w)
@@ -703,9 +704,7 @@ def test_a_line_of_exactly_max_line_bytes_reaches_the_consumer_with_its_end(tmp_
     seen: list[bytes] = []
     tee, out_w, err_w, _ = _start(tmp_path, consumer=seen.append)
     data = b"x" * MAX_LINE
-    view = memoryview(data)
-    while view:
-        view = view[os.write(out_w, view):]
+    _write_all(out_w, data)
     _until(lambda: tee.read_bytes == MAX_LINE, "the pump read the long line")
     os.write(out_w, b"y\n")
     os.close(out_w)
@@ -805,9 +804,7 @@ def test_an_empty_line_before_a_line_longer_than_a_batch_leaves_the_consumer_who
     seen: list[bytes] = []
     tee, out_w, err_w, _ = _start(tmp_path, consumer=seen.append)
     data = b"\n" + b"y" * (BATCH + 5) + b"\n"
-    view = memoryview(data)
-    while view:
-        view = view[os.write(out_w, view):]
+    _write_all(out_w, data)
     os.close(out_w)
     os.close(err_w)
     assert tee.finish(NO_GROUP) == []

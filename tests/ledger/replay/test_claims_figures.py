@@ -5,16 +5,15 @@ scipy's t interval on the runs' log throughputs, and a damaged file of any run o
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import golden_run
 from scipy import stats
 
 from ledger.errors import BadInput, DamagedReceipt, LedgerError
-from ledger.ingest.api import ingest_golden
 from ledger.replay.claims import LOSS, THROUGHPUT, Claim, ClaimCheck, claim, holds, state
 from ledger.store.receipts import Ledger
 
@@ -160,32 +159,14 @@ SLOWNESS = (1.0, 1.1, 0.95)
 """The three replicates' step-time factors: B's runs take half the time of A's, run for run."""
 
 
-def _golden(ledger: Ledger, tmp: Path, name: str, seed: int, algo: str, seconds: float) -> str:
-    folder = tmp / name
-    folder.mkdir()
-    config = folder / "model_config.yaml"
-    config.write_text(f"ENV_VARS:\n  NCCL_ALGO: {algo}\nMODEL_ARGS:\n  --seed: {seed}\n  --num-experts: 8\n"
-                      "  --moe-router-topk: 2\n  --seq-length: 128\n  --global-batch-size: 4\n")
-    n = 30
-    values = folder / "golden_values_dev_dgx_a100.json"
-    values.write_text(json.dumps({
-        "lm loss": {"start_step": 1, "end_step": n, "step_interval": 1,
-                    "values": {str(s): 4.0 - s / 100 for s in range(1, n + 1)}},
-        "iteration-time": {"start_step": 1, "end_step": n, "step_interval": 1,
-                           "values": {str(s): seconds * (1 + 0.01 * (s * 7 % 5)) for s in range(1, n + 1)}}}))
-    imported = ingest_golden(ledger, values, config, name=name)
-    assert imported.receipt is not None
-    return imported.receipt.id
-
-
 @pytest.fixture
 def evidence(tmp_path: Path) -> tuple[Ledger, dict[str, str]]:
     """a1..a3 (NCCL ring) and b1..b3 (NCCL tree), seeds 1..3, one loss curve for all; b_i takes half a_i's time."""
     ledger = Ledger(tmp_path / "receipts")
     ids = {}
     for i, slow in enumerate(SLOWNESS, 1):
-        ids[f"a{i}"] = _golden(ledger, tmp_path, f"a{i}", i, "Ring", slow)
-        ids[f"b{i}"] = _golden(ledger, tmp_path, f"b{i}", i, "Tree", slow / 2)
+        ids[f"a{i}"] = golden_run(ledger, tmp_path, f"a{i}", i, "Ring", slow)
+        ids[f"b{i}"] = golden_run(ledger, tmp_path, f"b{i}", i, "Tree", slow / 2)
     return ledger, ids
 
 
